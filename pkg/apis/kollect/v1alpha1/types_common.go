@@ -1,0 +1,249 @@
+package v1alpha1
+
+import (
+	"bytes"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// GroupVersionKind names the kind of object a Profile collects.
+type GroupVersionKind struct {
+	// group is the API group of the collected kind; empty for the core group
+	// (Pods, ConfigMaps, Secrets, ...).
+	// +optional
+	Group string `json:"group,omitempty"`
+	// version is the API version the collector reads the kind at, for example "v1".
+	// +required
+	Version string `json:"version"`
+	// kind is the collected kind in CamelCase, for example "Deployment".
+	// +required
+	Kind string `json:"kind"`
+}
+
+// GroupKind names a kind regardless of version. Scopes use it to allow kinds.
+type GroupKind struct {
+	// group is the API group; empty for the core group. "*" matches every group.
+	// +optional
+	Group string `json:"group,omitempty"`
+	// kind is the kind in CamelCase. "*" matches every kind of the group.
+	// +required
+	Kind string `json:"kind"`
+}
+
+// LocalObjectReference refers to an object in the same namespace as the referrer.
+type LocalObjectReference struct {
+	// name of the referenced object.
+	// +required
+	Name string `json:"name"`
+}
+
+// NamespacedObjectReference refers to a namespaced object from a cluster-scoped
+// kind. There is no implicit namespace: cluster kinds say where static
+// configuration lives.
+type NamespacedObjectReference struct {
+	// namespace of the referenced object. Required on ClusterTarget.spec.profileRef.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// name of the referenced object.
+	// +required
+	Name string `json:"name"`
+}
+
+// SinkReference points an inventory at one sink of a family and may override
+// how often an unchanged payload is re-exported to it.
+type SinkReference struct {
+	// name of the sink object.
+	// +required
+	Name string `json:"name"`
+	// namespace of the sink. Forbidden on Inventory (sinks resolve in the
+	// inventory's own namespace); optional on ClusterInventory, where it
+	// defaults to spec.sinkNamespace.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// exportMinInterval overrides, for this sink only, how often an unchanged
+	// payload is re-exported as an anti-drift full sync (0s to 24h). Changed
+	// payloads are exported at once regardless. Precedence: this ref, then the
+	// sink's spec.exportMinInterval, then the inventory's, then 30s; the
+	// namespace's Scope floor applies last.
+	// +optional
+	ExportMinInterval *metav1.Duration `json:"exportMinInterval,omitempty"`
+}
+
+// SinkFamily is the kind of destination a sink reference points to.
+// +enum
+type SinkFamily string
+
+const (
+	// SinkFamilySnapshot is a SnapshotSink: whole documents (files, Git).
+	SinkFamilySnapshot SinkFamily = "Snapshot"
+	// SinkFamilyDatabase is a DatabaseSink: rows (Postgres).
+	SinkFamilyDatabase SinkFamily = "Database"
+	// SinkFamilyEvent is an EventSink: per-item change events (NATS, webhooks).
+	SinkFamilyEvent SinkFamily = "Event"
+)
+
+// Value holds an arbitrary JSON value: a string, number, boolean, array,
+// object or null. Collected attributes and pruned objects use it.
+// +k8s:deepcopy-gen=true
+type Value struct {
+	// Raw is the JSON encoding of the value.
+	Raw []byte `json:"-"`
+}
+
+// MarshalJSON writes the raw value, or null when it is empty.
+func (v Value) MarshalJSON() ([]byte, error) {
+	if len(v.Raw) == 0 {
+		return []byte("null"), nil
+	}
+	return v.Raw, nil
+}
+
+// UnmarshalJSON keeps a copy of the raw value.
+func (v *Value) UnmarshalJSON(data []byte) error {
+	if bytes.Equal(data, []byte("null")) {
+		v.Raw = nil
+		return nil
+	}
+	v.Raw = append(v.Raw[:0], data...)
+	return nil
+}
+
+// OpenAPISchemaType is nil: a Value may be of any JSON type.
+func (Value) OpenAPISchemaType() []string { return nil }
+
+// OpenAPISchemaFormat is empty: a Value has no format.
+func (Value) OpenAPISchemaFormat() string { return "" }
+
+// TLSConfig says how a sink verifies the server it connects to.
+type TLSConfig struct {
+	// caBundle is a PEM bundle of the certificate authorities trusted for the
+	// sink's endpoint. When set it replaces the system roots.
+	// +optional
+	CABundle []byte `json:"caBundle,omitempty"`
+	// serverName overrides the name the server certificate is verified against.
+	// +optional
+	ServerName string `json:"serverName,omitempty"`
+	// insecureSkipVerify disables verification of the server certificate.
+	// Only for tests and trusted networks; the probe result warns about it.
+	// +optional
+	InsecureSkipVerify bool `json:"insecureSkipVerify,omitempty"`
+}
+
+// DeletionPolicy says what happens to exported data when the inventory that
+// exported it, or its reference to the sink, is deleted.
+// +enum
+type DeletionPolicy string
+
+const (
+	// DeletionPolicyRetain leaves exported data where it is (the default).
+	DeletionPolicyRetain DeletionPolicy = "Retain"
+	// DeletionPolicyDelete removes what was exported: rows, files, a final
+	// commit, or a delete event per item.
+	DeletionPolicyDelete DeletionPolicy = "Delete"
+)
+
+// SerializationFormat is how a sink encodes documents.
+// +enum
+type SerializationFormat string
+
+const (
+	// SerializationJSON is one JSON document.
+	SerializationJSON SerializationFormat = "json"
+	// SerializationYAML is one YAML document.
+	SerializationYAML SerializationFormat = "yaml"
+	// SerializationNDJSON is the envelope header on the first line and one item a line after it.
+	SerializationNDJSON SerializationFormat = "ndjson"
+)
+
+// Serialization chooses the encoding of what a sink writes.
+type Serialization struct {
+	// format is json, yaml or ndjson. Defaults to json.
+	// +optional
+	Format SerializationFormat `json:"format,omitempty"`
+}
+
+// ProbeResult is the outcome of the last connection test of a sink.
+type ProbeResult struct {
+	// time the probe ran.
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
+	// succeeded is true when the sink accepted a connection and the credentials.
+	// +optional
+	Succeeded bool `json:"succeeded,omitempty"`
+	// message explains a failure. It never contains credentials.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// latencyMillis is how long the probe took.
+	// +optional
+	LatencyMillis int64 `json:"latencyMillis,omitempty"`
+}
+
+// SinkStatus is the observed state of a sink.
+type SinkStatus struct {
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// conditions: Ready is True when the last probe succeeded.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +patchStrategy=merge
+	// +patchMergeKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" patchStrategy:"merge" patchMergeKey:"type"`
+	// probe is the result of the last connection test.
+	// +optional
+	Probe *ProbeResult `json:"probe,omitempty"`
+}
+
+// Condition types and reasons shared by the kinds.
+const (
+	// ConditionReady is True when the object does what it declares.
+	ConditionReady = "Ready"
+	// ConditionSynced is True when every sink holds the current inventory.
+	ConditionSynced = "Synced"
+	// ConditionDegraded is True when part of what the object declares cannot be done.
+	ConditionDegraded = "Degraded"
+
+	ReasonExported        = "Exported"
+	ReasonPartiallySynced = "PartiallySynced"
+	ReasonProgressing     = "Progressing"
+	ReasonExportFailed    = "ExportFailed"
+	ReasonNoSinks         = "NoSinks"
+	ReasonSuspended       = "Suspended"
+	ReasonCollected       = "Collected"
+	ReasonPending         = "Pending"
+	ReasonExtractionFailed = "ExtractionFailed"
+	ReasonKindNotFound    = "KindNotFound"
+	ReasonSinkNotFound    = "SinkNotFound"
+	ReasonSinkForbidden   = "SinkForbidden"
+	ReasonProfileNotFound = "ProfileNotFound"
+	ReasonProfileForbidden = "ProfileForbidden"
+	ReasonAsExpected      = "AsExpected"
+	ReasonProbeSucceeded  = "ProbeSucceeded"
+	ReasonProbeFailed     = "ProbeFailed"
+	ReasonNotProbed       = "NotProbed"
+)
+
+// Annotations and labels the server understands.
+const (
+	// AnnotationCollectSecrets must be "true" on a Profile whose targetGVK is
+	// core/v1 Secret. Without it such a Profile is rejected.
+	AnnotationCollectSecrets = "kollect.dev/collect-secrets"
+	// AnnotationExportSecretValues must also be "true" for a Secrets Profile in
+	// Resource mode to export values unredacted.
+	AnnotationExportSecretValues = "kollect.dev/export-secret-values"
+
+	// LabelTarget names the Target (or ClusterTarget) that produced an item.
+	LabelTarget = "kollect.dev/target"
+	// LabelProfile names the Profile an item was extracted with.
+	LabelProfile = "kollect.dev/profile"
+	// LabelProfileNamespace is the namespace of that Profile, on cluster items.
+	LabelProfileNamespace = "kollect.dev/profile-namespace"
+	// LabelSourceKind is the kind of the collected object.
+	LabelSourceKind = "kollect.dev/source-kind"
+	// LabelSourceGroup is the API group of the collected object ("core" for the core group).
+	LabelSourceGroup = "kollect.dev/source-group"
+	// LabelWatch, "enabled" or "disabled", on objects and namespaces opts them
+	// in or out of collection; the object's label wins over its namespace's.
+	LabelWatch = "kollect.dev/watch"
+)
