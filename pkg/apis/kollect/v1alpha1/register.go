@@ -21,7 +21,7 @@ var (
 )
 
 func init() {
-	localSchemeBuilder.Register(addKnownTypes, addDefaultingFuncs)
+	localSchemeBuilder.Register(addKnownTypes, addDefaultingFuncs, addFieldLabelConversionFuncs)
 }
 
 // Resource qualifies a resource name with the group.

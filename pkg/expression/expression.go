@@ -1,0 +1,107 @@
+// Package expression compiles and evaluates the attribute paths of Profiles.
+//
+// A path is either a kubectl JSONPath template such as
+// "{.spec.template.spec.containers[*].image}", or "cel:" followed by a CEL
+// expression over the variable `object`, such as "cel:object.spec.replicas".
+// Validation compiles paths at admission; the collector evaluates them
+// against each collected object.
+package expression
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+const (
+	// CELPrefix marks a path as a CEL expression.
+	CELPrefix = "cel:"
+
+	// StaticCostBudget is the largest estimated cost a CEL expression may
+	// have, the same as Kubernetes allows a CRD validation rule.
+	StaticCostBudget uint64 = 10_000_000
+	// RuntimeCostLimit is the largest cost one evaluation of a CEL
+	// expression may incur before it is stopped.
+	RuntimeCostLimit uint64 = 1_000_000
+
+	// MaxValueBytes is the largest JSON encoding of one evaluated value.
+	MaxValueBytes = 256 * 1024
+	// MaxObjectBytes is the largest object the cost estimates assume: the
+	// API server's request size limit.
+	MaxObjectBytes = 3 * 1024 * 1024
+)
+
+// Expression is a compiled attribute path. It is safe for concurrent use.
+type Expression struct {
+	path     string
+	jsonPath *jsonPathExpression
+	cel      *celExpression
+}
+
+// Compile parses a path and, for CEL, type-checks it and verifies that its
+// estimated cost stays within StaticCostBudget. Errors are short sentences
+// fit for a validation message.
+func Compile(path string) (*Expression, error) {
+	if expr, ok := strings.CutPrefix(path, CELPrefix); ok {
+		c, err := compileCEL(expr)
+		if err != nil {
+			return nil, err
+		}
+		return &Expression{path: path, cel: c}, nil
+	}
+	j, err := compileJSONPath(path)
+	if err != nil {
+		return nil, err
+	}
+	return &Expression{path: path, jsonPath: j}, nil
+}
+
+// String returns the path the expression was compiled from.
+func (e *Expression) String() string { return e.path }
+
+// Evaluate applies the expression to an object in its unstructured form.
+// found is false when the path matches nothing: a missing field or map key,
+// an index out of range, or a JSONPath wildcard or filter without match.
+// A JSONPath with [*], a slice, a union, a filter, recursive descent or a
+// range yields a []any even for a single match; other paths yield the value
+// itself. The matches of a JSONPath wildcard (.*) or recursive descent (..)
+// are sorted by their JSON encoding, since maps have no order; CEL iterates
+// maps in no particular order either, so expressions that list map entries
+// should sort them (.sort()) for the value to be stable. CEL results are converted to plain JSON values (string, bool,
+// int64, uint64, float64, nil, []any, map[string]any). JSONPath results may
+// share memory with obj. A value whose JSON encoding exceeds MaxValueBytes
+// is an error.
+//
+// CEL evaluation stops at RuntimeCostLimit and when ctx is done (checked
+// every 100 comprehension iterations). Callers should set a deadline: with
+// cost tracking, cel-go v0.26 spends time quadratic in the iterations of a
+// comprehension, so a loop over a list of 100,000 items can take seconds.
+func (e *Expression) Evaluate(ctx context.Context, obj map[string]any) (value any, found bool, err error) {
+	if e.cel != nil {
+		value, found, err = e.cel.evaluate(ctx, obj)
+	} else {
+		value, found, err = e.jsonPath.evaluate(obj)
+	}
+	if err != nil || !found {
+		return nil, false, err
+	}
+	if err := checkSize(value); err != nil {
+		return nil, false, err
+	}
+	return value, true, nil
+}
+
+// errValueTooLarge is returned when an evaluated value is too large to store.
+var errValueTooLarge = fmt.Errorf("the value is larger than %d KiB of JSON", MaxValueBytes/1024)
+
+func checkSize(value any) error {
+	raw, err := json.Marshal(value)
+	if err != nil {
+		return fmt.Errorf("the value cannot be encoded as JSON: %w", err)
+	}
+	if len(raw) > MaxValueBytes {
+		return errValueTooLarge
+	}
+	return nil
+}

@@ -1,0 +1,171 @@
+package expression
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"k8s.io/client-go/util/jsonpath"
+)
+
+// jsonPathExpression is a parsed kubectl JSONPath template. The client-go
+// evaluator keeps state while it runs a range, so each evaluation parses the
+// template again; the parse at compile time only validates it.
+type jsonPathExpression struct {
+	template string
+	// multi is true when the template can match several values, so that
+	// results are always a list.
+	multi bool
+	// unordered is true when the template has a wildcard (.*) or recursive
+	// descent (..), which visit maps in no particular order: results are
+	// then sorted, so that an unchanged object yields an unchanged value.
+	unordered bool
+}
+
+var errNoBraces = errors.New(`a JSONPath must be enclosed in braces, such as "{.spec.replicas}" (CEL expressions start with "cel:")`)
+
+func compileJSONPath(path string) (*jsonPathExpression, error) {
+	if !strings.HasPrefix(path, "{") || !strings.HasSuffix(path, "}") {
+		return nil, errNoBraces
+	}
+	parser, err := jsonpath.Parse("path", path)
+	if err != nil {
+		return nil, fmt.Errorf("invalid JSONPath: %v", err)
+	}
+	if err := checkNoText(parser.Root); err != nil {
+		return nil, err
+	}
+	j := &jsonPathExpression{
+		template:  path,
+		multi:     len(parser.Root.Nodes) > 1 || anyNode(parser.Root, selectsMany),
+		unordered: anyNode(parser.Root, visitsMaps),
+	}
+	// A dry run catches what the parser accepts but no evaluation can
+	// succeed with, such as an {end} without {range}.
+	if _, _, err := j.evaluate(map[string]any{}); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// checkNoText rejects literal text outside braces and string literals
+// outside filters: kubectl prints them, an attribute has no use for them.
+func checkNoText(root *jsonpath.ListNode) error {
+	for _, block := range root.Nodes {
+		list, ok := block.(*jsonpath.ListNode)
+		if !ok {
+			return errors.New("invalid JSONPath: text outside {} is not supported")
+		}
+		for _, n := range list.Nodes {
+			if n.Type() == jsonpath.NodeText {
+				return errors.New("invalid JSONPath: string literals are only supported in filters")
+			}
+		}
+	}
+	return nil
+}
+
+// anyNode reports whether pred holds for a node of the tree.
+func anyNode(node jsonpath.Node, pred func(jsonpath.Node) bool) bool {
+	if pred(node) {
+		return true
+	}
+	var children []jsonpath.Node
+	switch n := node.(type) {
+	case *jsonpath.ListNode:
+		children = n.Nodes
+	case *jsonpath.UnionNode:
+		for _, list := range n.Nodes {
+			children = append(children, list)
+		}
+	case *jsonpath.FilterNode:
+		children = []jsonpath.Node{n.Left, n.Right}
+	}
+	return slices.ContainsFunc(children, func(child jsonpath.Node) bool { return anyNode(child, pred) })
+}
+
+// selectsMany reports whether a node can select more than one value.
+func selectsMany(node jsonpath.Node) bool {
+	switch n := node.(type) {
+	case *jsonpath.ArrayNode:
+		return !isSingleIndex(n)
+	case *jsonpath.IdentifierNode:
+		return n.Name == "range"
+	case *jsonpath.FilterNode, *jsonpath.WildcardNode, *jsonpath.RecursiveNode, *jsonpath.UnionNode:
+		return true
+	default:
+		return false
+	}
+}
+
+// visitsMaps reports whether a node visits the entries of maps, which it
+// does in no particular order.
+func visitsMaps(node jsonpath.Node) bool {
+	return node.Type() == jsonpath.NodeWildcard || node.Type() == jsonpath.NodeRecursive
+}
+
+// sortByJSON orders values by their JSON encoding.
+func sortByJSON(values []any) {
+	type keyed struct {
+		key   string
+		value any
+	}
+	items := make([]keyed, len(values))
+	for i, v := range values {
+		raw, _ := json.Marshal(v)
+		items[i] = keyed{string(raw), v}
+	}
+	sort.SliceStable(items, func(a, b int) bool { return items[a].key < items[b].key })
+	for i, item := range items {
+		values[i] = item.value
+	}
+}
+
+// isSingleIndex reports whether an array node is [i] rather than a slice:
+// the parser derives the end of [i] as i+1.
+func isSingleIndex(n *jsonpath.ArrayNode) bool {
+	return n.Params[0].Known && n.Params[1].Derived && !n.Params[2].Known
+}
+
+func (j *jsonPathExpression) evaluate(obj map[string]any) (value any, found bool, err error) {
+	// The evaluator walks arbitrary data by reflection; a panic in it must
+	// fail this evaluation, not the server.
+	defer func() {
+		if r := recover(); r != nil {
+			value, found, err = nil, false, fmt.Errorf("JSONPath evaluation failed: %v", r)
+		}
+	}()
+	jp := jsonpath.New("path").AllowMissingKeys(true)
+	if err := jp.Parse(j.template); err != nil {
+		return nil, false, fmt.Errorf("invalid JSONPath: %v", err)
+	}
+	results, err := jp.FindResults(obj)
+	if err != nil {
+		if strings.Contains(err.Error(), "index out of bounds") {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("JSONPath evaluation failed: %v", err)
+	}
+	var values []any
+	for _, block := range results {
+		for _, r := range block {
+			if r.IsValid() && r.CanInterface() {
+				values = append(values, r.Interface())
+			}
+		}
+	}
+	if j.unordered {
+		sortByJSON(values)
+	}
+	switch {
+	case len(values) == 0:
+		return nil, false, nil
+	case len(values) == 1 && !j.multi:
+		return values[0], true, nil
+	default:
+		return values, true, nil
+	}
+}
