@@ -1,0 +1,146 @@
+// Package apiserver assembles the kollect.dev API group: the scheme, the
+// storage of every resource, and the generic API server serving them.
+package apiserver
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/registry/rest"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+
+	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/apis/kollect/install"
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/registry/kollect/clusterinventory"
+	"kollect.dev/kollect/pkg/registry/kollect/clusterinventoryitem"
+	"kollect.dev/kollect/pkg/registry/kollect/clusterscope"
+	"kollect.dev/kollect/pkg/registry/kollect/clustertarget"
+	"kollect.dev/kollect/pkg/registry/kollect/common"
+	"kollect.dev/kollect/pkg/registry/kollect/databasesink"
+	"kollect.dev/kollect/pkg/registry/kollect/eventsink"
+	"kollect.dev/kollect/pkg/registry/kollect/inventory"
+	"kollect.dev/kollect/pkg/registry/kollect/inventoryitem"
+	"kollect.dev/kollect/pkg/registry/kollect/profile"
+	"kollect.dev/kollect/pkg/registry/kollect/scope"
+	"kollect.dev/kollect/pkg/registry/kollect/snapshotsink"
+	"kollect.dev/kollect/pkg/registry/kollect/target"
+)
+
+var (
+	// Scheme knows the kollect.dev types, internal and v1alpha1.
+	Scheme = runtime.NewScheme()
+	// Codecs encodes and decodes with Scheme.
+	Codecs = serializer.NewCodecFactory(Scheme)
+)
+
+func init() {
+	install.Install(Scheme)
+	// The generic server decodes options and status with the meta types.
+	metav1.AddToGroupVersion(Scheme, schema.GroupVersion{Version: "v1"})
+	Scheme.AddUnversionedTypes(schema.GroupVersion{Group: "", Version: "v1"},
+		&metav1.Status{}, &metav1.APIVersions{}, &metav1.APIGroupList{}, &metav1.APIGroup{}, &metav1.APIResourceList{})
+}
+
+// ExtraConfig is what Kollect adds to the generic server configuration.
+type ExtraConfig struct {
+	// Registry configures the strategies.
+	Registry common.Options
+}
+
+// Config is the whole server configuration.
+type Config struct {
+	GenericConfig *genericapiserver.RecommendedConfig
+	ExtraConfig   ExtraConfig
+}
+
+// CompletedConfig is a Config with defaults filled in.
+type CompletedConfig struct {
+	generic genericapiserver.CompletedConfig
+	extra   *ExtraConfig
+}
+
+// Complete fills in defaults.
+func (c *Config) Complete() CompletedConfig {
+	return CompletedConfig{generic: c.GenericConfig.Complete(), extra: &c.ExtraConfig}
+}
+
+// Server is a running kollect-apiserver.
+type Server struct {
+	GenericAPIServer *genericapiserver.GenericAPIServer
+	// Items and ClusterItems are the in-process write paths of the
+	// read-only item kinds, for the collector.
+	Items        *inventoryitem.Writer
+	ClusterItems *clusterinventoryitem.Writer
+}
+
+// New builds the server and installs the kollect.dev/v1alpha1 resources.
+func (c CompletedConfig) New() (*Server, error) {
+	generic, err := c.generic.New("kollect-apiserver", genericapiserver.NewEmptyDelegate())
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{GenericAPIServer: generic}
+	storage, err := s.buildStorage(c.generic.RESTOptionsGetter, c.extra.Registry)
+	if err != nil {
+		return nil, err
+	}
+	group := genericapiserver.NewDefaultAPIGroupInfo(kollect.GroupName, Scheme, metav1.ParameterCodec, Codecs)
+	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = storage
+	if err := generic.InstallAPIGroup(&group); err != nil {
+		return nil, fmt.Errorf("installing %s: %w", v1alpha1.SchemeGroupVersion, err)
+	}
+	return s, nil
+}
+
+// withStatus is the constructor shape of kinds with a status subresource.
+type withStatus func(*runtime.Scheme, generic.RESTOptionsGetter, common.Options) (*common.REST, *common.StatusREST, error)
+
+func (s *Server) buildStorage(getter generic.RESTOptionsGetter, opts common.Options) (map[string]rest.Storage, error) {
+	storage := map[string]rest.Storage{}
+	for resource, newREST := range map[string]withStatus{
+		"profiles":           profile.NewREST,
+		"targets":            target.NewREST,
+		"clustertargets":     clustertarget.NewREST,
+		"inventories":        inventory.NewREST,
+		"clusterinventories": clusterinventory.NewREST,
+		"snapshotsinks":      snapshotsink.NewREST,
+		"databasesinks":      databasesink.NewREST,
+		"eventsinks":         eventsink.NewREST,
+	} {
+		main, status, err := newREST(Scheme, getter, opts)
+		if err != nil {
+			return nil, err
+		}
+		storage[resource] = main
+		storage[resource+"/status"] = status
+	}
+
+	scopes, err := scope.NewREST(Scheme, getter, opts)
+	if err != nil {
+		return nil, err
+	}
+	storage["scopes"] = scopes
+	clusterScopes, err := clusterscope.NewREST(Scheme, getter, opts)
+	if err != nil {
+		return nil, err
+	}
+	storage["clusterscopes"] = clusterScopes
+
+	items, itemWriter, err := inventoryitem.NewREST(Scheme, getter, opts)
+	if err != nil {
+		return nil, err
+	}
+	storage["inventoryitems"] = items
+	clusterItems, clusterItemWriter, err := clusterinventoryitem.NewREST(Scheme, getter, opts)
+	if err != nil {
+		return nil, err
+	}
+	storage["clusterinventoryitems"] = clusterItems
+	s.Items, s.ClusterItems = itemWriter, clusterItemWriter
+	return storage, nil
+}

@@ -1,0 +1,148 @@
+// Package server is the kollect-apiserver command: its flags, its
+// configuration and its run loop.
+package server
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle"
+	"k8s.io/apiserver/pkg/endpoints/openapi"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/apiserver/pkg/util/compatibility"
+	"k8s.io/client-go/rest"
+	netutils "k8s.io/utils/net"
+
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/apiserver"
+	"kollect.dev/kollect/pkg/embeddedetcd"
+	generatedopenapi "kollect.dev/kollect/pkg/generated/openapi"
+	"kollect.dev/kollect/pkg/registry/kollect/common"
+)
+
+// DefaultEtcdPrefix is where objects live in etcd.
+const DefaultEtcdPrefix = "/registry/kollect.dev"
+
+// Options are the flags of kollect-apiserver.
+type Options struct {
+	Recommended *genericoptions.RecommendedOptions
+
+	// DataDir holds the embedded etcd's data when no --etcd-servers is given.
+	DataDir string
+	// AllowPrivateSinkEndpoints lets sinks point at private addresses.
+	AllowPrivateSinkEndpoints bool
+	// ServiceName and ServiceNamespace name the Service the APIService routes
+	// through; the self-signed serving certificate is valid for it.
+	ServiceName, ServiceNamespace string
+
+	// afterConfig, when set, receives the loopback client configuration;
+	// tests use it to reach a server started by Run.
+	afterConfig func(*rest.Config)
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	o := &Options{
+		Recommended:      genericoptions.NewRecommendedOptions(DefaultEtcdPrefix, apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
+		DataDir:          "kollect-data",
+		ServiceName:      "kollect-api",
+		ServiceNamespace: "kollect-system",
+	}
+	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
+	// Validation lives in the registry strategies; webhooks and admission
+	// policies stay off unless enabled explicitly, so the only default
+	// plugin is NamespaceLifecycle (no objects in missing namespaces).
+	admission := o.Recommended.Admission
+	admission.DefaultOffPlugins = sets.New(admission.RecommendedPluginOrder...).Delete(lifecycle.PluginName)
+	return o
+}
+
+// AddFlags registers the flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	o.Recommended.AddFlags(fs)
+	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory of the embedded etcd's data, used when --etcd-servers is empty.")
+	fs.BoolVar(&o.AllowPrivateSinkEndpoints, "allow-private-sink-endpoints", o.AllowPrivateSinkEndpoints,
+		"Allow sink endpoints on private, loopback, link-local and metadata addresses. Off by default so tenants cannot reach internal services through a sink.")
+	fs.StringVar(&o.ServiceName, "service-name", o.ServiceName, "Name of the Service in front of this server; the self-signed serving certificate is valid for it.")
+	fs.StringVar(&o.ServiceNamespace, "service-namespace", o.ServiceNamespace, "Namespace of that Service.")
+}
+
+// Validate checks the flags.
+func (o *Options) Validate() error {
+	errs := o.Recommended.Validate()
+	if len(o.Recommended.Etcd.StorageConfig.Transport.ServerList) == 0 && o.DataDir == "" {
+		errs = append(errs, fmt.Errorf("--data-dir is required when --etcd-servers is empty"))
+	}
+	return utilerrors.NewAggregate(errs)
+}
+
+// embedded reports whether the server runs its own etcd.
+func (o *Options) embedded() bool {
+	return len(o.Recommended.Etcd.StorageConfig.Transport.ServerList) == 0
+}
+
+// Config builds the server configuration. The embedded etcd, when used, must
+// be running already: its endpoint is part of the storage configuration.
+func (o *Options) Config() (*apiserver.Config, error) {
+	svc := o.ServiceName + "." + o.ServiceNamespace + ".svc"
+	if err := o.Recommended.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost",
+		[]string{svc, svc + ".cluster.local", o.ServiceName + "." + o.ServiceNamespace, o.ServiceName},
+		[]net.IP{netutils.ParseIPSloppy("127.0.0.1")}); err != nil {
+		return nil, fmt.Errorf("creating self-signed certificates: %w", err)
+	}
+
+	cfg := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
+	namer := openapi.NewDefinitionNamer(apiserver.Scheme)
+	cfg.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
+	cfg.OpenAPIConfig.Info.Title, cfg.OpenAPIConfig.Info.Version = "Kollect", "v1alpha1"
+	cfg.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
+	cfg.OpenAPIV3Config.Info.Title, cfg.OpenAPIV3Config.Info.Version = "Kollect", "v1alpha1"
+	cfg.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
+
+	if err := o.Recommended.ApplyTo(cfg); err != nil {
+		return nil, err
+	}
+	return &apiserver.Config{
+		GenericConfig: cfg,
+		ExtraConfig: apiserver.ExtraConfig{Registry: common.Options{
+			AllowPrivateSinkEndpoints: o.AllowPrivateSinkEndpoints,
+		}},
+	}, nil
+}
+
+// Run starts the embedded etcd when needed, serves until ctx is done, and
+// stops etcd after the server has drained.
+func (o *Options) Run(ctx context.Context) error {
+	if o.embedded() {
+		dir, err := filepath.Abs(o.DataDir)
+		if err != nil {
+			return err
+		}
+		etcd, err := embeddedetcd.Start(ctx, dir)
+		if err != nil {
+			return err
+		}
+		defer etcd.Stop()
+		o.Recommended.Etcd.StorageConfig.Transport.ServerList = []string{etcd.Endpoint}
+	}
+	cfg, err := o.Config()
+	if err != nil {
+		return err
+	}
+	srv, err := cfg.Complete().New()
+	if err != nil {
+		return err
+	}
+	if o.afterConfig != nil {
+		o.afterConfig(rest.CopyConfig(cfg.GenericConfig.LoopbackClientConfig))
+	}
+	return srv.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+}

@@ -1,0 +1,135 @@
+package common
+
+import (
+	"context"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/generic"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/storage"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"kollect.dev/kollect/pkg/apis/kollect"
+)
+
+// Category is the kubectl category of every Kollect kind: kubectl get kollect.
+const Category = "kollect"
+
+// Kind describes one resource for NewStore.
+type Kind struct {
+	// Resource and Singular are the plural and singular resource names.
+	Resource, Singular string
+	// ShortNames for kubectl.
+	ShortNames []string
+	// New and NewList create empty internal objects.
+	New, NewList func() runtime.Object
+	// Strategy handles create, update and delete of the main resource.
+	Strategy rest.CreateUpdateResetFieldsStrategy
+	// Fields returns the selectable fields of an object beyond metadata.
+	Fields func(obj runtime.Object) fields.Set
+	// Table renders kubectl get output.
+	Table rest.TableConvertor
+}
+
+// NewStore builds the generic etcd-backed store of a kind.
+func NewStore(k Kind, optsGetter generic.RESTOptionsGetter) (*genericregistry.Store, error) {
+	attrs := func(obj runtime.Object) (labels.Set, fields.Set, error) {
+		accessor, ok := obj.(metav1.Object)
+		if !ok {
+			return nil, nil, fmt.Errorf("%T is not a Kubernetes object", obj)
+		}
+		set := generic.AddObjectMetaFieldsSet(fields.Set{}, objectMeta(accessor), k.Strategy.NamespaceScoped())
+		if k.Fields != nil {
+			for f, v := range k.Fields(obj) {
+				set[f] = v
+			}
+		}
+		return accessor.GetLabels(), set, nil
+	}
+	store := &genericregistry.Store{
+		NewFunc:     k.New,
+		NewListFunc: k.NewList,
+		PredicateFunc: func(l labels.Selector, f fields.Selector) storage.SelectionPredicate {
+			return storage.SelectionPredicate{Label: l, Field: f, GetAttrs: attrs}
+		},
+		DefaultQualifiedResource:  kollect.Resource(k.Resource),
+		SingularQualifiedResource: kollect.Resource(k.Singular),
+		CreateStrategy:            k.Strategy,
+		UpdateStrategy:            k.Strategy,
+		DeleteStrategy:            k.Strategy,
+		ResetFieldsStrategy:       k.Strategy,
+		TableConvertor:            k.Table,
+	}
+	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: attrs}); err != nil {
+		return nil, fmt.Errorf("%s storage: %w", k.Resource, err)
+	}
+	return store, nil
+}
+
+func objectMeta(o metav1.Object) *metav1.ObjectMeta {
+	return &metav1.ObjectMeta{Name: o.GetName(), Namespace: o.GetNamespace()}
+}
+
+// REST is the storage of a kind's main resource: the generic store plus
+// the discovery details kubectl uses.
+type REST struct {
+	*genericregistry.Store
+	shortNames []string
+}
+
+// NewREST wraps a store with its short names.
+func NewREST(store *genericregistry.Store, k Kind) *REST {
+	return &REST{Store: store, shortNames: k.ShortNames}
+}
+
+// ShortNames implements rest.ShortNamesProvider.
+func (r *REST) ShortNames() []string { return r.shortNames }
+
+// Categories implements rest.CategoriesProvider.
+func (r *REST) Categories() []string { return []string{Category} }
+
+// StatusREST is the status subresource: the same store with the status
+// strategy, exposing only get, update and patch.
+type StatusREST struct {
+	store *genericregistry.Store
+}
+
+// NewStatusREST derives the status subresource from a kind's store.
+func NewStatusREST(main *genericregistry.Store, strategy rest.UpdateResetFieldsStrategy) *StatusREST {
+	s := *main
+	s.UpdateStrategy = strategy
+	s.ResetFieldsStrategy = strategy
+	return &StatusREST{store: &s}
+}
+
+// New returns an empty object.
+func (r *StatusREST) New() runtime.Object { return r.store.New() }
+
+// Destroy does nothing: the main resource owns the storage.
+func (r *StatusREST) Destroy() {}
+
+// Get retrieves the object, so that kubectl can patch status.
+func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	return r.store.Get(ctx, name, options)
+}
+
+// Update writes status; spec and metadata changes are discarded by the strategy.
+func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	// Status is never created through the subresource.
+	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
+}
+
+// GetResetFields implements rest.ResetFieldsStrategy.
+func (r *StatusREST) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return r.store.GetResetFields()
+}
+
+// ConvertToTable renders status the same way as the main resource.
+func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	return r.store.ConvertToTable(ctx, object, tableOptions)
+}

@@ -1,0 +1,28 @@
+package inventoryitem
+
+import (
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/generic"
+
+	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/registry/kollect/common"
+)
+
+// Writer writes InventoryItems in process.
+type Writer = common.Writer[*kollect.InventoryItem]
+
+// NewREST returns the read-only storage of inventoryitems and the writer
+// the collector uses.
+func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts common.Options) (*common.ReadOnlyREST, *Writer, error) {
+	kind := common.Kind{
+		Resource: "inventoryitems", Singular: "inventoryitem", ShortNames: []string{"item"},
+		New:      func() runtime.Object { return &kollect.InventoryItem{} },
+		NewList:  func() runtime.Object { return &kollect.InventoryItemList{} },
+		Strategy: strategy{common.NewBase(scheme, true, opts.Clock)}, Fields: selectableFields, Table: table,
+	}
+	store, err := common.NewStore(kind, optsGetter)
+	if err != nil {
+		return nil, nil, err
+	}
+	return common.NewReadOnlyREST(store, kind), common.NewWriter[*kollect.InventoryItem](store), nil
+}

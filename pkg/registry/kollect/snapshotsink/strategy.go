@@ -1,0 +1,65 @@
+// Package snapshotsink is the registry of SnapshotSinks.
+package snapshotsink
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/apis/kollect/validation"
+	"kollect.dev/kollect/pkg/registry/kollect/common"
+)
+
+type strategy struct {
+	common.Base
+	validation validation.Options
+}
+
+// PrepareForCreate clears status and starts the generation at 1.
+func (strategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
+	s := obj.(*kollect.SnapshotSink)
+	s.Status = kollect.SinkStatus{}
+	s.Generation = 1
+}
+
+// PrepareForUpdate keeps status and bumps the generation on spec changes.
+func (strategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
+	s, o := obj.(*kollect.SnapshotSink), old.(*kollect.SnapshotSink)
+	s.Status = o.Status
+	common.BumpGeneration(&s.ObjectMeta, &o.ObjectMeta, s.Spec, o.Spec)
+}
+
+func (st strategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
+	return validation.ValidateSnapshotSink(obj.(*kollect.SnapshotSink), st.validation)
+}
+
+func (st strategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
+	return validation.ValidateSnapshotSinkUpdate(obj.(*kollect.SnapshotSink), old.(*kollect.SnapshotSink), st.validation)
+}
+
+func (strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set { return common.ResetStatus() }
+
+type statusStrategy struct{ strategy }
+
+// PrepareForUpdate keeps everything but status.
+func (statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
+	s, o := obj.(*kollect.SnapshotSink), old.(*kollect.SnapshotSink)
+	s.Spec = o.Spec
+	common.KeepMetadataOnStatusUpdate(&s.ObjectMeta, &o.ObjectMeta)
+}
+
+func (statusStrategy) ValidateUpdate(_ context.Context, obj, _ runtime.Object) field.ErrorList {
+	return validation.ValidateSinkStatus(&obj.(*kollect.SnapshotSink).Status, field.NewPath("status"))
+}
+
+func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return common.ResetSpecAndMetadata()
+}
+
+func selectableFields(obj runtime.Object) fields.Set {
+	return fields.Set{"spec.type": string(obj.(*kollect.SnapshotSink).Spec.Type)}
+}
