@@ -77,11 +77,18 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 
 // Validate checks the flags.
 func (o *Options) Validate() error {
-	errs := o.Recommended.Validate()
-	if len(o.Recommended.Etcd.StorageConfig.Transport.ServerList) == 0 && o.DataDir == "" {
-		errs = append(errs, fmt.Errorf("--data-dir is required when --etcd-servers is empty"))
+	rec := *o.Recommended
+	if o.embedded() {
+		if o.DataDir == "" {
+			return fmt.Errorf("--data-dir is required when --etcd-servers is empty")
+		}
+		// The embedded etcd's endpoint is known only once it runs: check
+		// the other etcd flags against a stand-in.
+		etcd := *rec.Etcd
+		etcd.StorageConfig.Transport.ServerList = []string{"http://127.0.0.1:2379"}
+		rec.Etcd = &etcd
 	}
-	return utilerrors.NewAggregate(errs)
+	return utilerrors.NewAggregate(rec.Validate())
 }
 
 // embedded reports whether the server runs its own etcd.

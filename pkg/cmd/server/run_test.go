@@ -66,6 +66,9 @@ func runServer(t *testing.T, dataDir, certDir string) (versioned.Interface, func
 	rec.SecureServing.BindPort = ln.Addr().(*net.TCPAddr).Port
 	rec.SecureServing.ServerCert.CertDirectory = certDir
 
+	if err := o.Validate(); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	loopback := make(chan *rest.Config, 1)

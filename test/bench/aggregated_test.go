@@ -1,0 +1,727 @@
+package bench
+
+import (
+	"context"
+	"debug/buildinfo"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/localcluster"
+	"kollect.dev/kollect/test/bench/load"
+)
+
+// Sizes of BenchmarkAggregatedVsCRD, per path and concurrency level.
+const (
+	aggObjects      = 1000 // objects created, status-updated and read; also the size of each list
+	aggListCalls    = 30   // list calls (at least one per client)
+	aggWatchUpdates = 200  // updates each watcher must receive
+	aggWarmup       = 20   // objects created and touched per path before measuring
+)
+
+// The three ways of reaching the same-shaped Inventory.
+const (
+	pathCRD        = "CRD"        // a CustomResourceDefinition served by kube-apiserver
+	pathAggregated = "aggregated" // kollect-apiserver through kube-apiserver's aggregator
+	pathDirect     = "direct"     // kollect-apiserver, client talking to it directly
+)
+
+var (
+	kollectInventories = schema.GroupVersionResource{Group: "kollect.dev", Version: "v1alpha1", Resource: "inventories"}
+	crdInventories     = schema.GroupVersionResource{Group: "bench.kollect.dev", Version: "v1alpha1", Resource: "inventories"}
+	crdsGVR            = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+)
+
+// BenchmarkAggregatedVsCRD compares, on one real local cluster (etcd,
+// kube-apiserver and kollect-apiserver from pkg/localcluster, all on
+// 127.0.0.1, every etcd with fsync on), the Inventory served
+//
+//   - as a CRD of the same shape (inventories.bench.kollect.dev, structural
+//     schema mirroring kollect's, status subresource) by kube-apiserver:
+//     the path a CRD-based operator takes;
+//   - by kollect-apiserver through kube-apiserver's aggregator;
+//   - by kollect-apiserver with the client talking to it directly.
+//
+// All three use the same dynamic client code and the same request bodies;
+// only the resource (and so the URL) differs. At 1, 8 and 64 concurrent
+// clients it measures create, status update (GET + PUT /status), get, list
+// of 1,000 objects and watch fan-out (as many watchers as clients, then
+// updates from one writer; latency per delivered event from the update's
+// response to its receipt). It prints a table per operation with the
+// ratios to the CRD, and asserts nothing but the absence of errors.
+func BenchmarkAggregatedVsCRD(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	defer cancel()
+	wallStart := time.Now()
+
+	root, err := localcluster.RepoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	toolsDir, err := localcluster.BuildTools(ctx, root, os.Stderr) // cheap when up to date
+	if err != nil {
+		b.Fatal(err)
+	}
+	kollectBin := kollectBinary(ctx, b, root)
+	loadBefore := loadAverage()
+
+	dir := b.TempDir()
+	cluster, err := localcluster.Start(ctx, localcluster.Options{
+		Dir:         dir,
+		ToolsBinDir: toolsDir,
+		Log:         os.Stderr,
+		// Nothing here needs its controllers; fewer processes compete for CPU.
+		NoControllerManager: true,
+		// Both stores fsync, as in production: no --unsafe-no-fsync.
+		FastEtcd: false,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cluster.Stop() })
+	// kollect-apiserver gets its own etcd process, the same binary and
+	// flags as kube-apiserver's: the two paths differ only by their API
+	// server, and production runs kollect on an external etcd too.
+	kollectEtcd, err := cluster.StartEtcd(ctx, "kollect-etcd")
+	if err != nil {
+		b.Fatal(err)
+	}
+	kollect, err := cluster.StartKollect(ctx, localcluster.KollectOptions{Binary: kollectBin, EtcdServers: kollectEtcd.URL()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cluster.RegisterKollect(ctx, kollect); err != nil {
+		b.Fatal(err)
+	}
+
+	viaKube := benchClientConfig(cluster.RESTConfig())
+	direct := benchClientConfig(cluster.KollectRESTConfig(kollect))
+	kubeDyn, err := dynamic.NewForConfig(viaKube)
+	if err != nil {
+		b.Fatal(err)
+	}
+	directDyn, err := dynamic.NewForConfig(direct)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(viaKube)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := createInventoryCRD(ctx, kubeDyn); err != nil {
+		b.Fatal(err)
+	}
+	paths := []apiPath{
+		{name: pathCRD, client: kubeDyn, gvr: crdInventories},
+		{name: pathAggregated, client: kubeDyn, gvr: kollectInventories},
+		{name: pathDirect, client: directDyn, gvr: kollectInventories},
+	}
+	levels := []int{1, 8, 64}
+	var namespaces []string
+	for _, p := range paths {
+		namespaces = append(namespaces, p.namespace("warmup"))
+		for _, c := range levels {
+			namespaces = append(namespaces, p.namespace(fmt.Sprintf("c%d", c)))
+		}
+	}
+	for _, ns := range namespaces {
+		if err := createNamespace(ctx, cs, ns); err != nil {
+			b.Fatal(err)
+		}
+	}
+	bodies, err := newInventoryBodies()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sizes []string
+	for _, p := range paths {
+		if err := p.waitServing(ctx, bodies); err != nil {
+			b.Fatal(err)
+		}
+		size, err := p.warmUp(ctx, bodies)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sizes = append(sizes, fmt.Sprintf("%s %d B", p.name, size))
+	}
+
+	type operation struct {
+		name, title string
+		run         func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error)
+	}
+	ops := []operation{
+		{"create", fmt.Sprintf("create (%d objects per path and level, fresh namespace)", aggObjects), func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
+			return load.Run(ctx, "create", c, aggObjects, func(ctx context.Context, i int) error {
+				_, err := ri.Create(ctx, bodies.object(p.gvr, ns, i), metav1.CreateOptions{})
+				return err
+			})
+		}},
+		// Before get and list, so that both stores hold the same objects:
+		// kollect derives a status on create, a CRD's starts empty.
+		{"update-status", "update-status (GET + PUT /status, full status body; latency includes the GET)", func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
+			return load.Run(ctx, "update-status", c, aggObjects, func(ctx context.Context, i int) error {
+				return bodies.updateStatus(ctx, ri, i)
+			})
+		}},
+		{"get", "get", func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
+			return load.Run(ctx, "get", c, aggObjects, func(ctx context.Context, i int) error {
+				_, err := ri.Get(ctx, objName(i), metav1.GetOptions{})
+				return err
+			})
+		}},
+		{fmt.Sprintf("list %d", aggObjects), fmt.Sprintf("list of %d objects (%d calls, or one per client if more)", aggObjects, aggListCalls), func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
+			return load.Run(ctx, fmt.Sprintf("list %d", aggObjects), c, max(aggListCalls, c), func(ctx context.Context, _ int) error {
+				l, err := ri.List(ctx, metav1.ListOptions{})
+				if err == nil && len(l.Items) != aggObjects {
+					err = fmt.Errorf("listed %d, want %d", len(l.Items), aggObjects)
+				}
+				return err
+			})
+		}},
+		{"watch fan-out", fmt.Sprintf("watch fan-out (clients = watchers on the namespace; %d updates by one writer; ops = events delivered, ops/s = events/s; latency from the update's response to receipt, negative clamped to 0)", aggWatchUpdates), func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
+			return watchFanOut(ctx, ri, c, aggWatchUpdates)
+		}},
+	}
+
+	// Interleaved (level, operation, path) so that slow drift on a shared
+	// machine (compaction, other work) spreads over the paths alike.
+	var samples []load.Sample
+	for _, c := range levels {
+		for _, op := range ops {
+			for _, p := range paths {
+				ns := p.namespace(fmt.Sprintf("c%d", c))
+				r, err := op.run(ctx, p, p.client.Resource(p.gvr).Namespace(ns), ns, c)
+				if err != nil {
+					b.Fatalf("%s, %s, %d clients: %v", op.name, p.name, c, err)
+				}
+				fmt.Fprintf(os.Stderr, "bench: %-10s %-13s c=%-2d %5d ops %8.0f ops/s p50 %8.2fms p99 %8.2fms\n",
+					p.name, op.name, c, r.Ops, r.Throughput(), msf(r.P50), msf(r.P99))
+				samples = append(samples, load.Sample{Path: p.name, Result: r})
+			}
+		}
+	}
+	loadAfter := loadAverage()
+
+	conditions, err := aggregatedConditions(cs, toolsDir, kollectBin, loadBefore, loadAfter)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out := os.Stdout
+	fmt.Fprintf(out, "\n== kollect-apiserver through the aggregator vs a CRD of the same shape, through kube-apiserver\n   conditions: %s\n", conditions)
+	fmt.Fprintf(out, "   paths: %s = inventories.bench.kollect.dev served by kube-apiserver; %s = kollect.dev inventories through kube-apiserver's aggregator; %s = kollect-apiserver directly\n",
+		pathCRD, pathAggregated, pathDirect)
+	fmt.Fprintf(out, "   object as served after its status update (JSON, with managedFields): %s\n", strings.Join(sizes, ", "))
+	fmt.Fprintf(out, "   ratios: p99 ×%s above 1 is slower than the CRD; ops/s ×%s below 1 is less throughput\n", pathCRD, pathCRD)
+	for _, op := range ops {
+		var rows []load.Sample
+		for _, s := range samples {
+			if s.Name == op.name {
+				rows = append(rows, s)
+			}
+		}
+		load.PrintComparison(out, op.title, "", pathCRD, rows)
+	}
+	load.PrintRatios(out, "summary: ratios to the CRD (goal: aggregated p99 within 1.3× of the CRD's; direct faster than the CRD)",
+		pathCRD, []string{pathAggregated, pathDirect}, samples)
+
+	if err := cluster.Stop(); err != nil {
+		b.Errorf("stopping the local cluster: %v", err)
+	}
+	fmt.Fprintf(out, "\n   wall time of the benchmark (tools check, cluster start, measurements, stop): %s\n", time.Since(wallStart).Round(time.Second))
+}
+
+// apiPath is one way of reaching the Inventory.
+type apiPath struct {
+	name   string
+	client dynamic.Interface
+	gvr    schema.GroupVersionResource
+}
+
+func (p apiPath) namespace(suffix string) string {
+	return "bench-" + strings.ToLower(p.name) + "-" + suffix
+}
+
+// waitServing waits until a dry-run create succeeds in the warm-up
+// namespace (the CRD's handler is installed, the APIService routes).
+func (p apiPath) waitServing(ctx context.Context, bodies *inventoryBodies) error {
+	ns := p.namespace("warmup")
+	ri := p.client.Resource(p.gvr).Namespace(ns)
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, last = ri.Create(ctx, bodies.object(p.gvr, ns, 999999), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return last == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %s not served: %w (last: %v)", p.name, p.gvr, err, last)
+	}
+	return nil
+}
+
+// warmUp runs every operation a few times, unmeasured: connections,
+// caches and the first requests of a fresh CRD are paid before measuring.
+// It returns the size of an object as served after its status update.
+func (p apiPath) warmUp(ctx context.Context, bodies *inventoryBodies) (int, error) {
+	ns := p.namespace("warmup")
+	ri := p.client.Resource(p.gvr).Namespace(ns)
+	size := 0
+	for i := range aggWarmup {
+		if _, err := ri.Create(ctx, bodies.object(p.gvr, ns, i), metav1.CreateOptions{}); err != nil {
+			return 0, fmt.Errorf("%s warm-up: %w", p.name, err)
+		}
+		if err := bodies.updateStatus(ctx, ri, i); err != nil {
+			return 0, fmt.Errorf("%s warm-up: %w", p.name, err)
+		}
+		u, err := ri.Get(ctx, objName(i), metav1.GetOptions{})
+		if err != nil {
+			return 0, fmt.Errorf("%s warm-up: %w", p.name, err)
+		}
+		data, err := u.MarshalJSON()
+		if err != nil {
+			return 0, err
+		}
+		size = len(data)
+	}
+	if _, err := ri.List(ctx, metav1.ListOptions{}); err != nil {
+		return 0, fmt.Errorf("%s warm-up: %w", p.name, err)
+	}
+	if _, err := watchFanOut(ctx, ri, 2, aggWarmup); err != nil {
+		return 0, fmt.Errorf("%s warm-up: %w", p.name, err)
+	}
+	return size, nil
+}
+
+// benchClientConfig lifts client-go's client-side rate limit (the
+// harness' admin config has QPS 100): the servers are measured, not it.
+func benchClientConfig(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = -1, 0
+	cfg.RateLimiter = nil
+	cfg.UserAgent = "kollect-bench"
+	return cfg
+}
+
+func objName(i int) string { return fmt.Sprintf("inv-%05d", i) }
+
+func objIndex(name string) (int, bool) {
+	s, ok := strings.CutPrefix(name, "inv-")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(s)
+	return i, err == nil
+}
+
+// inventoryBodies are the request bodies, built once from kollect's typed
+// Inventory and sent unchanged to every path.
+type inventoryBodies struct {
+	spec   map[string]any
+	status map[string]any
+}
+
+func newInventoryBodies() (*inventoryBodies, error) {
+	now := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
+	next := metav1.NewTime(now.Add(30 * time.Second))
+	interval := &metav1.Duration{Duration: 30 * time.Second}
+	spec := v1alpha1.InventorySpec{
+		TargetSelector:    &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/part-of": "shop"}},
+		ExportMinInterval: interval,
+		SnapshotSinkRefs:  []v1alpha1.SinkReference{{Name: "audit"}},
+		DatabaseSinkRefs:  []v1alpha1.SinkReference{{Name: "portal", ExportMinInterval: &metav1.Duration{Duration: 5 * time.Minute}}},
+		EventSinkRefs:     []v1alpha1.SinkReference{{Name: "changes"}},
+	}
+	entry := func(family v1alpha1.SinkFamily, name string) v1alpha1.SinkExportStatus {
+		return v1alpha1.SinkExportStatus{
+			Family: family, Name: name, ObservedGeneration: 1, Outcome: v1alpha1.OutcomeExported,
+			Message: "exported 42 items", LastExportTime: &now, LastAttemptTime: &now,
+			LastChecksum: "sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+			Cursor:       "123456", ItemCount: 42, EffectiveInterval: interval, NextDueTime: &next,
+		}
+	}
+	cond := func(typ string, status metav1.ConditionStatus, reason, message string) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: status, ObservedGeneration: 1, LastTransitionTime: now, Reason: reason, Message: message}
+	}
+	// What kollect derives from these entries, so that both stores hold the
+	// same object after a status update.
+	status := v1alpha1.InventoryStatus{
+		ObservedGeneration: 1,
+		Conditions: []metav1.Condition{
+			cond(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "every sink reference resolves"),
+			cond(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonExported, "all 3 sinks hold the current inventory"),
+			cond(v1alpha1.ConditionSynced, metav1.ConditionTrue, v1alpha1.ReasonExported, "all 3 sinks hold the current inventory"),
+		},
+		SinkExports: []v1alpha1.SinkExportStatus{
+			entry(v1alpha1.SinkFamilySnapshot, "audit"),
+			entry(v1alpha1.SinkFamilyDatabase, "portal"),
+			entry(v1alpha1.SinkFamilyEvent, "changes"),
+		},
+		LastExportTime: &now,
+		ItemCount:      42,
+		SinksSynced:    "3/3",
+	}
+	specMap, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
+	if err != nil {
+		return nil, err
+	}
+	statusMap, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
+	if err != nil {
+		return nil, err
+	}
+	return &inventoryBodies{spec: specMap, status: statusMap}, nil
+}
+
+func (ib *inventoryBodies) object(gvr schema.GroupVersionResource, ns string, i int) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": gvr.GroupVersion().String(),
+		"kind":       "Inventory",
+		"metadata":   map[string]any{"name": objName(i), "namespace": ns},
+		"spec":       runtime.DeepCopyJSONValue(ib.spec),
+	}}
+}
+
+// updateStatus is what an exporter does: GET, then PUT /status with its
+// entries.
+func (ib *inventoryBodies) updateStatus(ctx context.Context, ri dynamic.ResourceInterface, i int) error {
+	u, err := ri.Get(ctx, objName(i), metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	u.Object["status"] = runtime.DeepCopyJSONValue(ib.status)
+	_, err = ri.UpdateStatus(ctx, u, metav1.UpdateOptions{})
+	return err
+}
+
+// watchFanOut starts watchers watches on the namespace from its current
+// resourceVersion, then patches objects 0..updates-1 (a label) one after
+// the other, and measures for every watcher and update the time from the
+// patch's response to the event's receipt (an event that arrives before
+// the response counts 0). Elapsed runs from the first patch to the last
+// event received.
+func watchFanOut(ctx context.Context, ri dynamic.ResourceInterface, watchers, updates int) (load.Result, error) {
+	l, err := ri.List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return load.Result{}, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ws := make([]watch.Interface, 0, watchers)
+	defer func() {
+		for _, w := range ws {
+			w.Stop()
+		}
+	}()
+	for range watchers {
+		w, err := ri.Watch(wctx, metav1.ListOptions{ResourceVersion: l.GetResourceVersion()})
+		if err != nil {
+			return load.Result{}, fmt.Errorf("starting watcher %d: %w", len(ws), err)
+		}
+		ws = append(ws, w)
+	}
+	recv := make([][]time.Time, watchers)
+	errs := make(chan error, watchers)
+	var wg sync.WaitGroup
+	for n, w := range ws {
+		recv[n] = make([]time.Time, updates)
+		wg.Go(func() {
+			got := 0
+			for got < updates {
+				select {
+				case ev, ok := <-w.ResultChan():
+					at := time.Now()
+					if !ok {
+						errs <- fmt.Errorf("watcher %d closed after %d of %d events", n, got, updates)
+						return
+					}
+					switch ev.Type {
+					case watch.Error:
+						errs <- fmt.Errorf("watcher %d: %w", n, apierrors.FromObject(ev.Object))
+						return
+					case watch.Modified:
+					default:
+						continue
+					}
+					u, ok := ev.Object.(*unstructured.Unstructured)
+					if !ok {
+						continue
+					}
+					i, ok := objIndex(u.GetName())
+					if !ok || i < 0 || i >= updates || !recv[n][i].IsZero() {
+						continue
+					}
+					recv[n][i] = at
+					got++
+				case <-wctx.Done():
+					errs <- fmt.Errorf("watcher %d: %d of %d events: %w", n, got, updates, context.Cause(wctx))
+					return
+				}
+			}
+		})
+	}
+	responded := make([]time.Time, updates)
+	begin := time.Now()
+	for i := range updates {
+		patch := fmt.Appendf(nil, `{"metadata":{"labels":{"bench.kollect.dev/seq":"%d"}}}`, i)
+		if _, err := ri.Patch(ctx, objName(i), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			cancel()
+			wg.Wait()
+			return load.Result{}, fmt.Errorf("update %d: %w", i, err)
+		}
+		responded[i] = time.Now()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		cancel()
+		<-done
+	}
+	close(errs)
+	if err := <-errs; err != nil {
+		return load.Result{}, err
+	}
+	lat := make([]time.Duration, 0, watchers*updates)
+	var last time.Time
+	for n := range recv {
+		for i, at := range recv[n] {
+			lat = append(lat, max(at.Sub(responded[i]), 0))
+			if at.After(last) {
+				last = at
+			}
+		}
+	}
+	return load.FromLatencies("watch fan-out", watchers, lat, last.Sub(begin)), nil
+}
+
+func createNamespace(ctx context.Context, cs kubernetes.Interface, name string) error {
+	_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+// createInventoryCRD creates inventories.bench.kollect.dev and waits until
+// it is Established.
+func createInventoryCRD(ctx context.Context, dyn dynamic.Interface) error {
+	crd := &unstructured.Unstructured{Object: inventoryCRD()}
+	if _, err := dyn.Resource(crdsGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating CRD %s: %w", crd.GetName(), err)
+	}
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		u, err := dyn.Resource(crdsGVR).Get(ctx, crd.GetName(), metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] == "Established" && m["status"] == "True" {
+				return true, nil
+			}
+			if m["type"] == "NamesAccepted" && m["status"] == "False" {
+				return false, fmt.Errorf("CRD names not accepted: %v", m["message"])
+			}
+		}
+		last = "not Established yet"
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for CRD %s: %w (last: %s)", crd.GetName(), err, last)
+	}
+	return nil
+}
+
+// inventoryCRD is a CRD whose structural schema mirrors kollect's
+// Inventory (pkg/apis/kollect/v1alpha1/types_export.go), as a CRD-based
+// operator would declare it.
+func inventoryCRD() map[string]any {
+	str := func() map[string]any { return map[string]any{"type": "string"} }
+	enum := func(values ...any) map[string]any { return map[string]any{"type": "string", "enum": values} }
+	dateTime := func() map[string]any { return map[string]any{"type": "string", "format": "date-time"} }
+	integer := func(format string) map[string]any {
+		return map[string]any{"type": "integer", "format": format, "minimum": int64(0)}
+	}
+	object := func(props map[string]any, required ...any) map[string]any {
+		o := map[string]any{"type": "object", "properties": props}
+		if len(required) > 0 {
+			o["required"] = required
+		}
+		return o
+	}
+	listMap := func(item map[string]any, keys ...any) map[string]any {
+		return map[string]any{
+			"type": "array", "items": item, "maxItems": int64(20),
+			"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": keys,
+		}
+	}
+	sinkRef := object(map[string]any{
+		"name":              str(),
+		"namespace":         str(),
+		"exportMinInterval": str(),
+	}, "name")
+	condition := object(map[string]any{
+		"type":               map[string]any{"type": "string", "maxLength": int64(316)},
+		"status":             enum("True", "False", "Unknown"),
+		"observedGeneration": integer("int64"),
+		"lastTransitionTime": dateTime(),
+		"reason":             map[string]any{"type": "string", "maxLength": int64(1024), "minLength": int64(1)},
+		"message":            map[string]any{"type": "string", "maxLength": int64(32768)},
+	}, "type", "status", "lastTransitionTime", "reason", "message")
+	conditions := listMap(condition, "type")
+	delete(conditions, "maxItems")
+	sinkExport := object(map[string]any{
+		"family":              enum("Snapshot", "Database", "Event"),
+		"name":                str(),
+		"namespace":           str(),
+		"observedGeneration":  integer("int64"),
+		"outcome":             enum("Exported", "Debounced", "Failed"),
+		"reason":              str(),
+		"message":             str(),
+		"lastExportTime":      dateTime(),
+		"lastAttemptTime":     dateTime(),
+		"lastChecksum":        str(),
+		"cursor":              str(),
+		"itemCount":           integer("int64"),
+		"effectiveInterval":   str(),
+		"nextDueTime":         dateTime(),
+		"consecutiveFailures": integer("int32"),
+	}, "family", "name")
+	schemaRoot := object(map[string]any{
+		"apiVersion": str(),
+		"kind":       str(),
+		"metadata":   map[string]any{"type": "object"},
+		"spec": object(map[string]any{
+			"targetSelector":    map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+			"exportMinInterval": str(),
+			"snapshotSinkRefs":  listMap(sinkRef, "name"),
+			"databaseSinkRefs":  listMap(sinkRef, "name"),
+			"eventSinkRefs":     listMap(sinkRef, "name"),
+			"suspend":           map[string]any{"type": "boolean"},
+		}),
+		"status": object(map[string]any{
+			"observedGeneration": integer("int64"),
+			"conditions":         conditions,
+			"sinkExports":        listMap(sinkExport, "family", "name"),
+			"lastExportTime":     dateTime(),
+			"itemCount":          integer("int64"),
+			"sinksSynced":        str(),
+		}),
+	}, "spec")
+	return map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1",
+		"kind":       "CustomResourceDefinition",
+		"metadata":   map[string]any{"name": crdInventories.Resource + "." + crdInventories.Group},
+		"spec": map[string]any{
+			"group": crdInventories.Group,
+			"scope": "Namespaced",
+			"names": map[string]any{
+				"plural": "inventories", "singular": "inventory", "kind": "Inventory", "listKind": "InventoryList",
+			},
+			"versions": []any{map[string]any{
+				"name":         crdInventories.Version,
+				"served":       true,
+				"storage":      true,
+				"subresources": map[string]any{"status": map[string]any{}},
+				"schema":       map[string]any{"openAPIV3Schema": schemaRoot},
+			}},
+		},
+	}
+}
+
+// kollectBinary is $KOLLECT_BINARY when it names an executable (make bench
+// builds it), else a fresh build of ./cmd/kollect-apiserver.
+func kollectBinary(ctx context.Context, b *testing.B, root string) string {
+	if p := os.Getenv("KOLLECT_BINARY"); p != "" {
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p
+		}
+		fmt.Fprintf(os.Stderr, "bench: KOLLECT_BINARY=%s is not an executable; building kollect-apiserver\n", p)
+	}
+	out := filepath.Join(b.TempDir(), "kollect-apiserver")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/kollect-apiserver")
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	fmt.Fprintln(os.Stderr, "bench: building kollect-apiserver...")
+	if err := cmd.Run(); err != nil {
+		b.Fatalf("building kollect-apiserver: %v", err)
+	}
+	return out
+}
+
+// aggregatedConditions describes the run: the machine (load.Conditions),
+// the versions of the servers and their stores, the load average.
+func aggregatedConditions(cs kubernetes.Interface, toolsDir, kollectBin, loadBefore, loadAfter string) (string, error) {
+	v, err := cs.Discovery().ServerVersion()
+	if err != nil {
+		return "", err
+	}
+	return load.Conditions(
+		fmt.Sprintf("kube-apiserver=k8s.io/kubernetes@%s (reports %s)", moduleVersion(filepath.Join(toolsDir, "kube-apiserver"), "k8s.io/kubernetes"), v.GitVersion),
+		fmt.Sprintf("etcd=%s, one single-member process per API server (same binary and flags), fsync on (no --unsafe-no-fsync)", moduleVersion(filepath.Join(toolsDir, "etcd"), "go.etcd.io/etcd/server/v3")),
+		fmt.Sprintf("kollect-apiserver=%s", moduleVersion(kollectBin, "kollect.dev/kollect")),
+		"kube-controller-manager=off",
+		"transport=HTTPS on 127.0.0.1, one dynamic client (JSON, one HTTP/2 connection) per server, client-side rate limit off",
+		"identity=admin client certificate (system:masters)",
+		fmt.Sprintf("loadavg(before)=%s", loadBefore),
+		fmt.Sprintf("loadavg(after)=%s", loadAfter),
+	), nil
+}
+
+// moduleVersion is the version of module mod built into binary (its main
+// module or a dependency), "?" when unknown.
+func moduleVersion(binary, mod string) string {
+	info, err := buildinfo.ReadFile(binary)
+	if err != nil {
+		return "?"
+	}
+	if info.Main.Path == mod {
+		return info.Main.Version
+	}
+	for _, d := range info.Deps {
+		if d.Path == mod {
+			if d.Replace != nil {
+				return d.Replace.Version
+			}
+			return d.Version
+		}
+	}
+	return "?"
+}
+
+// loadAverage is the 1, 5 and 15 minute load average from /proc/loadavg,
+// "?" elsewhere.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], "/")
+}
+
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
