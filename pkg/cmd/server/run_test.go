@@ -2,7 +2,11 @@ package server
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -103,6 +107,41 @@ func runServer(t *testing.T, dataDir, certDir string) (versioned.Interface, func
 			}
 		case <-time.After(time.Minute):
 			t.Fatal("server did not stop within 1m")
+		}
+	}
+}
+
+// TestSelfSignedCertificateNames: without --tls-cert-file the server makes a
+// certificate valid for the Service the APIService routes through.
+func TestSelfSignedCertificateNames(t *testing.T) {
+	o := NewOptions()
+	o.ServiceName, o.ServiceNamespace = "api", "platform"
+	rec := o.Recommended
+	rec.Authentication, rec.Authorization, rec.CoreAPI, rec.Admission = nil, nil, nil, nil
+	rec.Features.EnablePriorityAndFairness = false
+	rec.Etcd.StorageConfig.Transport.ServerList = []string{"http://127.0.0.1:2379"} // never dialled by Config
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	rec.SecureServing.Listener, rec.SecureServing.BindPort = ln, ln.Addr().(*net.TCPAddr).Port
+	rec.SecureServing.ServerCert.CertDirectory = t.TempDir()
+	if _, err := o.Config(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	pemBytes, err := os.ReadFile(filepath.Join(rec.SecureServing.ServerCert.CertDirectory, "apiserver.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(pemBytes)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"api.platform.svc", "api.platform.svc.cluster.local", "localhost"} {
+		if err := cert.VerifyHostname(name); err != nil {
+			t.Errorf("serving certificate not valid for %s: %v (SANs %v)", name, err, cert.DNSNames)
 		}
 	}
 }
