@@ -10,16 +10,16 @@ import (
 
 // NewREST returns the storage of clusterinventories and clusterinventories/status.
 func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts common.Options) (*common.REST, *common.StatusREST, error) {
-	s := strategy{common.NewBase(scheme, false, opts.Clock)}
-	kind := common.Kind{
+	main, status := kind.Strategies(common.NewBase(scheme, false, opts.Clock))
+	k := common.Kind{
 		Resource: "clusterinventories", Singular: "clusterinventory", ShortNames: []string{"cinv"},
 		New:      func() runtime.Object { return &kollect.ClusterInventory{} },
 		NewList:  func() runtime.Object { return &kollect.ClusterInventoryList{} },
-		Strategy: s, Fields: selectableFields, Table: table,
+		Strategy: main, Fields: selectableFields, Table: table,
 	}
-	store, err := common.NewStore(kind, optsGetter)
+	store, err := common.NewStore(k, optsGetter)
 	if err != nil {
 		return nil, nil, err
 	}
-	return common.NewREST(store, kind), common.NewStatusREST(store, statusStrategy{s}), nil
+	return common.NewREST(store, k), common.NewStatusREST(store, status), nil
 }

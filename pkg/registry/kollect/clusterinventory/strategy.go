@@ -1,15 +1,13 @@
-// Package clusterinventory is the registry of ClusterInventories. Their status is derived
-// on every write from the exporters' sinkExports entries (derive.InventoryStatus).
+// Package clusterinventory is the registry of ClusterInventories, with status
+// derived on write like an Inventory's.
 package clusterinventory
 
 import (
-	"context"
-	"strconv"
-
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"strconv"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/validation"
@@ -17,59 +15,19 @@ import (
 	"kollect.dev/kollect/pkg/registry/kollect/derive"
 )
 
-type strategy struct{ common.Base }
-
-// PrepareForCreate starts at generation 1; every reference is pending.
-func (s strategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
-	inv := obj.(*kollect.ClusterInventory)
-	inv.Generation = 1
-	inv.Status = kollect.InventoryStatus{}
-	s.derive(inv)
-}
-
-// PrepareForUpdate keeps status, bumps the generation on spec changes and
-// re-derives status: entries of removed references go, new references are
-// pending.
-func (s strategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
-	inv, o := obj.(*kollect.ClusterInventory), old.(*kollect.ClusterInventory)
-	inv.Status = o.Status
-	common.BumpGeneration(&inv.ObjectMeta, &o.ObjectMeta, inv.Spec, o.Spec)
-	if inv.Generation != o.Generation {
-		s.derive(inv)
-	}
-}
-
-func (s strategy) derive(inv *kollect.ClusterInventory) {
-	inv.Status = derive.InventoryStatus(inv.Generation, inv.Spec.Suspend, derive.ClusterInventoryRefs(&inv.Spec), inv.Status, s.Now())
-}
-
-func (strategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
-	return validation.ValidateClusterInventory(obj.(*kollect.ClusterInventory))
-}
-
-func (strategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
-	return validation.ValidateClusterInventoryUpdate(obj.(*kollect.ClusterInventory), old.(*kollect.ClusterInventory))
-}
-
-func (strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set { return common.ResetStatus() }
-
-type statusStrategy struct{ strategy }
-
-// PrepareForUpdate takes the exporters' entries and derives the aggregate
-// in the same write, so the response already carries Ready and Synced.
-func (s statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
-	inv, o := obj.(*kollect.ClusterInventory), old.(*kollect.ClusterInventory)
-	inv.Spec = o.Spec
-	common.KeepMetadataOnStatusUpdate(&inv.ObjectMeta, &o.ObjectMeta)
-	s.derive(inv)
-}
-
-func (statusStrategy) ValidateUpdate(_ context.Context, obj, _ runtime.Object) field.ErrorList {
-	return validation.ValidateInventoryStatus(&obj.(*kollect.ClusterInventory).Status, field.NewPath("status"))
-}
-
-func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return common.ResetSpecAndMetadata()
+// kind describes ClusterInventorys to the shared strategies.
+var kind = common.SpecStatus[*kollect.ClusterInventory, kollect.ClusterInventorySpec, kollect.InventoryStatus]{
+	Meta:   func(o *kollect.ClusterInventory) *metav1.ObjectMeta { return &o.ObjectMeta },
+	Spec:   func(o *kollect.ClusterInventory) *kollect.ClusterInventorySpec { return &o.Spec },
+	Status: func(o *kollect.ClusterInventory) *kollect.InventoryStatus { return &o.Status },
+	Derive: func(inv *kollect.ClusterInventory, now metav1.Time) {
+		inv.Status = derive.InventoryStatus(inv.Generation, inv.Spec.Suspend, derive.ClusterInventoryRefs(&inv.Spec), inv.Status, now)
+	},
+	ValidateStatus: func(o *kollect.ClusterInventory) field.ErrorList {
+		return validation.ValidateInventoryStatus(&o.Status, field.NewPath("status"))
+	},
+	Validate:       validation.ValidateClusterInventory,
+	ValidateUpdate: validation.ValidateClusterInventoryUpdate,
 }
 
 func selectableFields(obj runtime.Object) fields.Set {

@@ -1,13 +1,12 @@
-// Package clustertarget is the registry of ClusterTargets.
+// Package clustertarget is the registry of ClusterTargets. Ready and Degraded
+// are derived on write from the collector's report in status.collection.
 package clustertarget
 
 import (
-	"context"
-
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/validation"
@@ -15,59 +14,20 @@ import (
 	"kollect.dev/kollect/pkg/registry/kollect/derive"
 )
 
-type strategy struct{ common.Base }
-
-// PrepareForCreate starts at generation 1 with conditions derived from no
-// collection report yet.
-func (s strategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
-	t := obj.(*kollect.ClusterTarget)
-	t.Generation = 1
-	t.Status = kollect.ClusterTargetStatus{}
-	s.derive(t)
-}
-
-// PrepareForUpdate keeps status, bumps the generation on spec changes and
-// derives the conditions for the new generation.
-func (s strategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
-	t, o := obj.(*kollect.ClusterTarget), old.(*kollect.ClusterTarget)
-	t.Status = o.Status
-	common.BumpGeneration(&t.ObjectMeta, &o.ObjectMeta, t.Spec, o.Spec)
-	if t.Generation != o.Generation || t.Spec.Suspend != o.Spec.Suspend {
-		s.derive(t)
-	}
-}
-
-func (s strategy) derive(t *kollect.ClusterTarget) {
-	t.Status.ObservedGeneration = t.Generation
-	t.Status.Conditions = derive.CollectionConditions(t.Generation, t.Spec.Suspend, t.Status.Collection, t.Status.Conditions, s.Now())
-}
-
-func (strategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
-	return validation.ValidateClusterTarget(obj.(*kollect.ClusterTarget))
-}
-
-func (strategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
-	return validation.ValidateClusterTargetUpdate(obj.(*kollect.ClusterTarget), old.(*kollect.ClusterTarget))
-}
-
-func (strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set { return common.ResetStatus() }
-
-type statusStrategy struct{ strategy }
-
-// PrepareForUpdate takes the collector's report and derives the conditions from it.
-func (s statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
-	t, o := obj.(*kollect.ClusterTarget), old.(*kollect.ClusterTarget)
-	t.Spec = o.Spec
-	common.KeepMetadataOnStatusUpdate(&t.ObjectMeta, &o.ObjectMeta)
-	s.derive(t)
-}
-
-func (statusStrategy) ValidateUpdate(_ context.Context, obj, _ runtime.Object) field.ErrorList {
-	return validation.ValidateClusterTargetStatus(&obj.(*kollect.ClusterTarget).Status, field.NewPath("status"))
-}
-
-func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return common.ResetSpecAndMetadata()
+// kind describes ClusterTargets to the shared strategies.
+var kind = common.SpecStatus[*kollect.ClusterTarget, kollect.ClusterTargetSpec, kollect.ClusterTargetStatus]{
+	Meta:   func(o *kollect.ClusterTarget) *metav1.ObjectMeta { return &o.ObjectMeta },
+	Spec:   func(o *kollect.ClusterTarget) *kollect.ClusterTargetSpec { return &o.Spec },
+	Status: func(o *kollect.ClusterTarget) *kollect.ClusterTargetStatus { return &o.Status },
+	Derive: func(t *kollect.ClusterTarget, now metav1.Time) {
+		t.Status.ObservedGeneration = t.Generation
+		t.Status.Conditions = derive.CollectionConditions(t.Generation, t.Spec.Suspend, t.Status.Collection, t.Status.Conditions, now)
+	},
+	ValidateStatus: func(o *kollect.ClusterTarget) field.ErrorList {
+		return validation.ValidateClusterTargetStatus(&o.Status, field.NewPath("status"))
+	},
+	Validate:       validation.ValidateClusterTarget,
+	ValidateUpdate: validation.ValidateClusterTargetUpdate,
 }
 
 func selectableFields(obj runtime.Object) fields.Set {

@@ -11,16 +11,16 @@ import (
 
 // NewREST returns the storage of databasesinks and databasesinks/status.
 func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts common.Options) (*common.REST, *common.StatusREST, error) {
-	s := strategy{Base: common.NewBase(scheme, true, opts.Clock), validation: validation.Options{AllowPrivateSinkEndpoints: opts.AllowPrivateSinkEndpoints}}
-	kind := common.Kind{
+	main, status := kind(validation.Options{AllowPrivateSinkEndpoints: opts.AllowPrivateSinkEndpoints}).Strategies(common.NewBase(scheme, true, opts.Clock))
+	k := common.Kind{
 		Resource: "databasesinks", Singular: "databasesink", ShortNames: []string{"dsink"},
 		New:      func() runtime.Object { return &kollect.DatabaseSink{} },
 		NewList:  func() runtime.Object { return &kollect.DatabaseSinkList{} },
-		Strategy: s, Fields: selectableFields, Table: table,
+		Strategy: main, Fields: selectableFields, Table: table,
 	}
-	store, err := common.NewStore(kind, optsGetter)
+	store, err := common.NewStore(k, optsGetter)
 	if err != nil {
 		return nil, nil, err
 	}
-	return common.NewREST(store, kind), common.NewStatusREST(store, statusStrategy{s}), nil
+	return common.NewREST(store, k), common.NewStatusREST(store, status), nil
 }

@@ -1,63 +1,32 @@
-// Package snapshotsink is the registry of SnapshotSinks.
+// Package snapshotsink is the registry of SnapshotSinks, whole-snapshot destinations.
 package snapshotsink
 
 import (
-	"context"
-
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/validation"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
 )
 
-type strategy struct {
-	common.Base
-	validation validation.Options
-}
-
-// PrepareForCreate clears status and starts the generation at 1.
-func (strategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
-	s := obj.(*kollect.SnapshotSink)
-	s.Status = kollect.SinkStatus{}
-	s.Generation = 1
-}
-
-// PrepareForUpdate keeps status and bumps the generation on spec changes.
-func (strategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
-	s, o := obj.(*kollect.SnapshotSink), old.(*kollect.SnapshotSink)
-	s.Status = o.Status
-	common.BumpGeneration(&s.ObjectMeta, &o.ObjectMeta, s.Spec, o.Spec)
-}
-
-func (st strategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
-	return validation.ValidateSnapshotSink(obj.(*kollect.SnapshotSink), st.validation)
-}
-
-func (st strategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
-	return validation.ValidateSnapshotSinkUpdate(obj.(*kollect.SnapshotSink), old.(*kollect.SnapshotSink), st.validation)
-}
-
-func (strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set { return common.ResetStatus() }
-
-type statusStrategy struct{ strategy }
-
-// PrepareForUpdate keeps everything but status.
-func (statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
-	s, o := obj.(*kollect.SnapshotSink), old.(*kollect.SnapshotSink)
-	s.Spec = o.Spec
-	common.KeepMetadataOnStatusUpdate(&s.ObjectMeta, &o.ObjectMeta)
-}
-
-func (statusStrategy) ValidateUpdate(_ context.Context, obj, _ runtime.Object) field.ErrorList {
-	return validation.ValidateSinkStatus(&obj.(*kollect.SnapshotSink).Status, field.NewPath("status"))
-}
-
-func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return common.ResetSpecAndMetadata()
+// kind describes SnapshotSinks to the shared strategies; endpoint checks depend on
+// the server's --allow-private-sink-endpoints.
+func kind(opts validation.Options) common.SpecStatus[*kollect.SnapshotSink, kollect.SnapshotSinkSpec, kollect.SinkStatus] {
+	return common.SpecStatus[*kollect.SnapshotSink, kollect.SnapshotSinkSpec, kollect.SinkStatus]{
+		Meta:   func(o *kollect.SnapshotSink) *metav1.ObjectMeta { return &o.ObjectMeta },
+		Spec:   func(o *kollect.SnapshotSink) *kollect.SnapshotSinkSpec { return &o.Spec },
+		Status: func(o *kollect.SnapshotSink) *kollect.SinkStatus { return &o.Status },
+		ValidateStatus: func(o *kollect.SnapshotSink) field.ErrorList {
+			return validation.ValidateSinkStatus(&o.Status, field.NewPath("status"))
+		},
+		Validate: func(o *kollect.SnapshotSink) field.ErrorList { return validation.ValidateSnapshotSink(o, opts) },
+		ValidateUpdate: func(o, old *kollect.SnapshotSink) field.ErrorList {
+			return validation.ValidateSnapshotSinkUpdate(o, old, opts)
+		},
+	}
 }
 
 func selectableFields(obj runtime.Object) fields.Set {

@@ -10,16 +10,16 @@ import (
 
 // NewREST returns the storage of targets and targets/status.
 func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts common.Options) (*common.REST, *common.StatusREST, error) {
-	s := strategy{common.NewBase(scheme, true, opts.Clock)}
-	kind := common.Kind{
+	main, status := kind.Strategies(common.NewBase(scheme, true, opts.Clock))
+	k := common.Kind{
 		Resource: "targets", Singular: "target", ShortNames: []string{"tgt"},
 		New:      func() runtime.Object { return &kollect.Target{} },
 		NewList:  func() runtime.Object { return &kollect.TargetList{} },
-		Strategy: s, Fields: selectableFields, Table: table,
+		Strategy: main, Fields: selectableFields, Table: table,
 	}
-	store, err := common.NewStore(kind, optsGetter)
+	store, err := common.NewStore(k, optsGetter)
 	if err != nil {
 		return nil, nil, err
 	}
-	return common.NewREST(store, kind), common.NewStatusREST(store, statusStrategy{s}), nil
+	return common.NewREST(store, k), common.NewStatusREST(store, status), nil
 }
