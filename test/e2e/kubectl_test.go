@@ -52,13 +52,16 @@ func TestDiscoveryAndExplain(t *testing.T) {
 }
 
 // TestKubectlLifecycle applies the examples client-side and server-side,
-// reads them back, describes and deletes them.
+// reads them back, describes and deletes them, while `kubectl get
+// inventoryitems --watch` receives the items the collector writes for them.
 func TestKubectlLifecycle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	examples := env.Path("artifacts/examples")
 
+	items := watchItems(t, ctx, "team-a")
 	env.Kubectl(t, ctx, "apply", "-f", examples)
+	expectLines(t, ctx, items, "ADDED Deployment web", "ADDED Deployment api")
 	var inv struct {
 		Metadata metav1.ObjectMeta `json:"metadata"`
 		Spec     map[string]any    `json:"spec"`
@@ -89,6 +92,10 @@ func TestKubectlLifecycle(t *testing.T) {
 	if !strings.Contains(managed, "kubectl") {
 		t.Errorf("managed fields managers %q", managed)
 	}
+	// worker is not selected; relabelling web out of the selector deletes its item.
+	env.Kubectl(t, ctx, "label", "deployment", "web", "-n", "team-a", "app=retired", "--overwrite")
+	expectLines(t, ctx, items, "DELETED Deployment web")
+
 	env.Kubectl(t, ctx, "delete", "-f", examples, "--wait=false")
 	if out, _, err := env.Cluster.Kubectl(ctx, "get", "inventory", "team-a", "-n", "team-a"); err == nil {
 		// Namespaced deletion is asynchronous only for the Namespace; the inventory goes at once.

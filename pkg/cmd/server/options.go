@@ -23,6 +23,8 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/apiserver"
+	"kollect.dev/kollect/pkg/controllers/collect"
+	"kollect.dev/kollect/pkg/controllers/leader"
 	"kollect.dev/kollect/pkg/embeddedetcd"
 	generatedopenapi "kollect.dev/kollect/pkg/generated/openapi"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
@@ -42,6 +44,9 @@ type Options struct {
 	// ServiceName and ServiceNamespace name the Service the APIService routes
 	// through; the self-signed serving certificate is valid for it.
 	ServiceName, ServiceNamespace string
+	// Controllers configure the embedded controllers and their leader
+	// election. They run only with a host cluster (Recommended.CoreAPI).
+	Controllers *leader.Options
 
 	// afterConfig, when set, receives the loopback client configuration;
 	// tests use it to reach a server started by Run.
@@ -55,6 +60,7 @@ func NewOptions() *Options {
 		DataDir:          "kollect-data",
 		ServiceName:      "kollect-api",
 		ServiceNamespace: "kollect-system",
+		Controllers:      leader.NewOptions(),
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
 	// Validation lives in the registry strategies; webhooks and admission
@@ -73,6 +79,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Allow sink endpoints on private, loopback, link-local and metadata addresses. Off by default so tenants cannot reach internal services through a sink.")
 	fs.StringVar(&o.ServiceName, "service-name", o.ServiceName, "Name of the Service in front of this server; the self-signed serving certificate is valid for it.")
 	fs.StringVar(&o.ServiceNamespace, "service-namespace", o.ServiceNamespace, "Namespace of that Service.")
+	o.Controllers.AddFlags(fs)
 }
 
 // Validate checks the flags.
@@ -147,6 +154,12 @@ func (o *Options) Run(ctx context.Context) error {
 	srv, err := cfg.Complete().New()
 	if err != nil {
 		return err
+	}
+	// The controllers need the host cluster: the objects they collect,
+	// Namespaces, Events and the leader Lease. Without one (CoreAPI off, as
+	// in tests of the registry) the server only serves.
+	if host := cfg.GenericConfig.ClientConfig; host != nil {
+		o.Controllers.Install(srv.GenericAPIServer, host, collect.Config{Items: srv.Items, ClusterItems: srv.ClusterItems})
 	}
 	if o.afterConfig != nil {
 		o.afterConfig(rest.CopyConfig(cfg.GenericConfig.LoopbackClientConfig))

@@ -1,0 +1,1001 @@
+// Package collect is the collector: it turns the objects that Targets and
+// ClusterTargets select in the host cluster into InventoryItems and
+// ClusterInventoryItems, incrementally, deletions included.
+//
+// One dynamic informer per resource (resolved through discovery) is shared
+// by every target of that kind. Informer events queue (target, object)
+// keys; a worker extracts the object through the target's Profile, hashes
+// the content and writes the item only when the hash differs from the one
+// in an in-memory index of the stored items (target → item name → hash),
+// and deletes the item when the object goes or stops matching. A full walk
+// at start, after a target or its Profile changes, and every resync period
+// compares the cluster with the stored items: it adds the missing, fixes
+// the changed and removes the stale. Targets report what they collected in
+// status.collection; the registry derives Ready and Degraded from it.
+//
+// Items are written in process through the registry (validation, etcd,
+// watch), Targets are read and updated through the loopback client, and
+// the collected objects, Namespaces and Events live in the host cluster.
+package collect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/controllers/extract"
+	"kollect.dev/kollect/pkg/controllers/metrics"
+	"kollect.dev/kollect/pkg/generated/clientset/versioned"
+	kollectinformers "kollect.dev/kollect/pkg/generated/informers/externalversions"
+	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/registry/kollect/common"
+)
+
+const (
+	// fieldManager writes the collector's status and finalizers.
+	fieldManager = "kollect-collector"
+	// DefaultResyncPeriod is how often a full walk runs between the
+	// incremental updates.
+	DefaultResyncPeriod = 10 * time.Minute
+	// DefaultWorkers is how many objects are extracted and written at once.
+	DefaultWorkers = 8
+
+	// statusDelay coalesces status reports: one write per target at most
+	// this often while items change.
+	statusDelay = time.Second
+	// timeOnlyReportInterval is how often a report whose only change is
+	// lastChangeTime is written.
+	timeOnlyReportInterval = 30 * time.Second
+	// mapperRefreshInterval is the least time between two discovery
+	// refreshes caused by unknown kinds.
+	mapperRefreshInterval = 2 * time.Second
+	// kindRetryMin and kindRetryMax bound the retries of a target whose
+	// kind is not served (yet).
+	kindRetryMin, kindRetryMax = 2 * time.Second, 30 * time.Second
+)
+
+// Reasons the collector reports besides the API's own.
+const (
+	// ReasonProfileInvalid: the Profile does not compile (stored before a
+	// validation rule, or Secrets without the opt-in).
+	ReasonProfileInvalid = "ProfileInvalid"
+	// ReasonKindNotNamespaced: a Target (namespaced) for a cluster-scoped kind.
+	ReasonKindNotNamespaced = "KindNotNamespaced"
+	// ReasonListFailed: the host cluster refuses to list the kind (RBAC).
+	ReasonListFailed = "ListFailed"
+	// ReasonInvalidSelector: a selector that does not compile.
+	ReasonInvalidSelector = "InvalidSelector"
+)
+
+// Config is what the collector needs from the server.
+type Config struct {
+	// Host reaches the host cluster: the collected objects, Namespaces, Events.
+	Host *rest.Config
+	// Loopback reaches this server: Profiles, Targets, ClusterTargets.
+	Loopback *rest.Config
+	// Items and ClusterItems are the in-process item writers.
+	Items        *common.Writer[*kollect.InventoryItem]
+	ClusterItems *common.Writer[*kollect.ClusterInventoryItem]
+	// ResyncPeriod is the time between full walks; 0 means DefaultResyncPeriod.
+	ResyncPeriod time.Duration
+	// Workers is how many objects are reconciled at once; 0 means DefaultWorkers.
+	Workers int
+	// Identity names this replica in Events.
+	Identity string
+}
+
+// Collector runs the collection controller.
+type Collector struct {
+	cfg     Config
+	workers int
+
+	kube    kubernetes.Interface
+	dynamic dynamic.Interface
+	kollect versioned.Interface
+	mapper  *restmapper.DeferredDiscoveryRESTMapper
+
+	mapperMu    sync.Mutex
+	mapperReset time.Time
+
+	itemStore, clusterItemStore itemStore
+
+	kollectFactory      kollectinformers.SharedInformerFactory
+	kubeFactory         kubeinformers.SharedInformerFactory
+	profileLister       kollectlisters.ProfileLister
+	targetLister        kollectlisters.TargetLister
+	clusterTargetLister kollectlisters.ClusterTargetLister
+	namespaces          corev1listers.NamespaceLister
+
+	recorder events.EventRecorder
+
+	targetQueue workqueue.TypedRateLimitingInterface[targetKey]
+	objectQueue workqueue.TypedRateLimitingInterface[objectKey]
+	statusQueue workqueue.TypedRateLimitingInterface[targetKey]
+
+	runCtx context.Context
+
+	mu        sync.Mutex
+	state     map[targetKey]*target
+	informers map[schema.GroupVersionResource]*gvrInformer
+}
+
+// objectKey names one object for one target. An empty name asks for a walk
+// of the namespace (after its labels changed).
+type objectKey struct {
+	target          targetKey
+	namespace, name string
+}
+
+// target is the collector's state of one Target or ClusterTarget.
+type target struct {
+	key targetKey
+	// cfg is what the target collects with; nil while it cannot collect
+	// (no Profile, unknown kind, suspended).
+	cfg      *targetConfig
+	informer *gvrInformer
+
+	items    map[string]*itemEntry // item name → entry
+	byObject map[string]string     // source namespace/name → item name
+	failed   map[string]string     // source namespace/name → extraction error
+
+	generation int64
+	suspended  bool
+	reason     string
+	lastError  string
+
+	walked     string // fingerprint of the configuration last walked with
+	walkNeeded bool
+	walkedOnce bool
+
+	lastFullSync, lastChange time.Time
+	kindRetry                time.Duration
+
+	reported           *v1alpha1.CollectionObservation
+	reportedNamespaces []string
+	reportedAt         time.Time
+}
+
+// targetConfig is a target's compiled configuration; replaced as a whole.
+type targetConfig struct {
+	generation int64
+	profile    types.NamespacedName
+	// fingerprint identifies what extraction depends on: the target's
+	// generation and the Profile's uid and resourceVersion.
+	fingerprint string
+	extractor   *extract.Extractor
+	gvk         schema.GroupVersionKind
+	gvr         schema.GroupVersionResource
+	namespaced  bool
+	sel         *selection
+	// labels are the labels of the target's items, shared (cloned for
+	// writes); labelsKey is their canonical string.
+	labels    map[string]string
+	labelsKey string
+}
+
+// New builds a collector; Run starts it.
+func New(cfg Config) (*Collector, error) {
+	if cfg.Host == nil || cfg.Loopback == nil || cfg.Items == nil || cfg.ClusterItems == nil {
+		return nil, errors.New("the collector needs the host and loopback configurations and both item writers")
+	}
+	if cfg.ResyncPeriod <= 0 {
+		cfg.ResyncPeriod = DefaultResyncPeriod
+	}
+	workers := cfg.Workers
+	if workers <= 0 {
+		workers = DefaultWorkers
+	}
+	host := rest.CopyConfig(cfg.Host)
+	if host.QPS == 0 {
+		// client-go's default of 5 is far too low for Events and discovery
+		// alongside informers of many kinds.
+		host.QPS, host.Burst = 50, 100
+	}
+	kube, err := kubernetes.NewForConfig(host)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(host)
+	if err != nil {
+		return nil, err
+	}
+	loopback := rest.CopyConfig(cfg.Loopback)
+	loopback.QPS, loopback.Burst = 200, 400
+	kc, err := versioned.NewForConfig(loopback)
+	if err != nil {
+		return nil, err
+	}
+	metrics.Register()
+	c := &Collector{
+		cfg:       cfg,
+		workers:   workers,
+		kube:      kube,
+		dynamic:   dyn,
+		kollect:   kc,
+		mapper:    restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery())),
+		state:     map[targetKey]*target{},
+		informers: map[schema.GroupVersionResource]*gvrInformer{},
+	}
+	c.itemStore, c.clusterItemStore = newItemStores(cfg.Items, cfg.ClusterItems)
+	return c, nil
+}
+
+// Run collects until ctx is done, then stops every informer and worker and
+// returns. A Collector runs once.
+func (c *Collector) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("collector")
+	ctx = klog.NewContext(ctx, logger)
+	c.runCtx = ctx
+	c.targetQueue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[targetKey](),
+		workqueue.TypedRateLimitingQueueConfig[targetKey]{Name: "kollect_collect_targets"})
+	c.objectQueue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[objectKey](),
+		workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "kollect_collect_objects"})
+	c.statusQueue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[targetKey](),
+		workqueue.TypedRateLimitingQueueConfig[targetKey]{Name: "kollect_collect_status"})
+
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: c.kube.EventsV1()})
+	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		return err
+	}
+	defer broadcaster.Shutdown()
+	c.recorder = broadcaster.NewRecorder(scheme, "kollect-collector")
+
+	var wg sync.WaitGroup
+	defer func() {
+		c.targetQueue.ShutDown()
+		c.objectQueue.ShutDown()
+		c.statusQueue.ShutDown()
+		wg.Wait()
+		c.mu.Lock()
+		for _, e := range c.informers {
+			c.stopInformerLocked(e)
+		}
+		c.informers = map[schema.GroupVersionResource]*gvrInformer{}
+		c.mu.Unlock()
+		metrics.Items.WithLabelValues("InventoryItem").Set(0)
+		metrics.Items.WithLabelValues("ClusterInventoryItem").Set(0)
+		logger.Info("Collector stopped")
+	}()
+
+	if err := c.startInformers(ctx); err != nil {
+		return err
+	}
+	defer c.kollectFactory.Shutdown()
+	defer c.kubeFactory.Shutdown()
+
+	// The index must hold the stored items before any worker compares with it.
+	if err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := c.resync(ctx); err != nil {
+			logger.Error(err, "Reading the stored items failed; retrying")
+			return false, nil
+		}
+		return true, nil
+	}); err != nil {
+		return nil // ctx done
+	}
+
+	run := func(n int, f func()) {
+		for range n {
+			wg.Add(1)
+			go func() { defer wg.Done(); f() }()
+		}
+	}
+	run(2, func() { processQueue(ctx, c.targetQueue, "Target", c.syncTarget) })
+	run(c.workers, func() { processQueue(ctx, c.objectQueue, "Object", c.syncObject) })
+	run(2, func() { processQueue(ctx, c.statusQueue, "Status", c.syncStatus) })
+	run(1, func() {
+		// The walk at start ran above; the next ones every resync period.
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait.Jitter(c.cfg.ResyncPeriod, 0.1)):
+			}
+			if err := c.resync(ctx); err != nil && ctx.Err() == nil {
+				logger.Error(err, "Full walk failed")
+			}
+		}
+	})
+	logger.Info("Collector started", "workers", c.workers, "resyncPeriod", c.cfg.ResyncPeriod)
+	<-ctx.Done()
+	return nil
+}
+
+// startInformers starts the informers of Profiles, Targets, ClusterTargets
+// (this server, through loopback) and Namespaces (the host cluster).
+func (c *Collector) startInformers(ctx context.Context) error {
+	c.kollectFactory = kollectinformers.NewSharedInformerFactory(c.kollect, 0)
+	api := c.kollectFactory.Kollect().V1alpha1()
+	c.profileLister = api.Profiles().Lister()
+	c.targetLister = api.Targets().Lister()
+	c.clusterTargetLister = api.ClusterTargets().Lister()
+	c.kubeFactory = kubeinformers.NewSharedInformerFactory(c.kube, 0)
+	c.namespaces = c.kubeFactory.Core().V1().Namespaces().Lister()
+
+	targetHandler := cache.ResourceEventHandlerFuncs{
+		AddFunc: c.targetEvent,
+		UpdateFunc: func(old, obj any) {
+			// Status writes (the collector's own) change nothing to act on.
+			o, ok1 := old.(metav1.Object)
+			n, ok2 := obj.(metav1.Object)
+			if ok1 && ok2 && o.GetGeneration() == n.GetGeneration() && o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) &&
+				slices.Equal(o.GetFinalizers(), n.GetFinalizers()) {
+				return
+			}
+			c.targetEvent(obj)
+		},
+		DeleteFunc: c.targetEvent,
+	}
+	for _, inf := range []cache.SharedIndexInformer{api.Targets().Informer(), api.ClusterTargets().Informer()} {
+		if _, err := inf.AddEventHandler(targetHandler); err != nil {
+			return err
+		}
+	}
+	if _, err := api.Profiles().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.profileEvent,
+		UpdateFunc: func(old, obj any) { c.profileEvent(obj) },
+		DeleteFunc: c.profileEvent,
+	}); err != nil {
+		return err
+	}
+	if _, err := c.kubeFactory.Core().V1().Namespaces().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.namespaceEvent,
+		UpdateFunc: func(old, obj any) {
+			o, ok1 := old.(metav1.Object)
+			n, ok2 := obj.(metav1.Object)
+			if ok1 && ok2 && maps.Equal(o.GetLabels(), n.GetLabels()) {
+				return
+			}
+			c.namespaceEvent(obj)
+		},
+		DeleteFunc: c.namespaceEvent,
+	}); err != nil {
+		return err
+	}
+	c.kollectFactory.Start(ctx.Done())
+	c.kubeFactory.Start(ctx.Done())
+	for typ, ok := range c.kollectFactory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer of %v did not sync", typ)
+		}
+	}
+	for typ, ok := range c.kubeFactory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer of %v did not sync", typ)
+		}
+	}
+	return nil
+}
+
+func (c *Collector) targetEvent(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	switch t := obj.(type) {
+	case *v1alpha1.Target:
+		c.targetQueue.Add(targetKey{Namespace: t.Namespace, Name: t.Name})
+	case *v1alpha1.ClusterTarget:
+		c.targetQueue.Add(targetKey{Cluster: true, Name: t.Name})
+	}
+}
+
+// profileEvent queues the targets that use a Profile.
+func (c *Collector) profileEvent(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	p, ok := obj.(*v1alpha1.Profile)
+	if !ok {
+		return
+	}
+	if ts, err := c.targetLister.Targets(p.Namespace).List(labels.Everything()); err == nil {
+		for _, t := range ts {
+			if t.Spec.ProfileRef.Name == p.Name {
+				c.targetQueue.Add(targetKey{Namespace: t.Namespace, Name: t.Name})
+			}
+		}
+	}
+	if cts, err := c.clusterTargetLister.List(labels.Everything()); err == nil {
+		for _, t := range cts {
+			if t.Spec.ProfileRef.Namespace == p.Namespace && t.Spec.ProfileRef.Name == p.Name {
+				c.targetQueue.Add(targetKey{Cluster: true, Name: t.Name})
+			}
+		}
+	}
+}
+
+// namespaceEvent walks a namespace again for every target that may collect
+// in it: its labels decide ClusterTarget selection and kollect.dev/watch.
+func (c *Collector) namespaceEvent(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	n, ok := obj.(metav1.Object)
+	if !ok {
+		return
+	}
+	ns := n.GetName()
+	c.mu.Lock()
+	var keys []targetKey
+	for key, t := range c.state {
+		if t.cfg != nil && t.cfg.namespaced && (key.Cluster || key.Namespace == ns) {
+			keys = append(keys, key)
+		}
+	}
+	c.mu.Unlock()
+	for _, key := range keys {
+		c.objectQueue.Add(objectKey{target: key, namespace: ns})
+		if key.Cluster {
+			c.statusQueue.AddAfter(key, statusDelay)
+		}
+	}
+}
+
+// processQueue runs a worker until its queue shuts down: errors are retried
+// with the queue's rate limiter.
+func processQueue[T comparable](ctx context.Context, q workqueue.TypedRateLimitingInterface[T], kind string, sync func(context.Context, T) error) {
+	logger := klog.FromContext(ctx)
+	for {
+		key, quit := q.Get()
+		if quit {
+			return
+		}
+		func() {
+			defer q.Done(key)
+			err := sync(ctx, key)
+			if err == nil {
+				q.Forget(key)
+				return
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			metrics.ReconcileErrors.WithLabelValues(kind, errorClass(err)).Inc()
+			logger.V(2).Info("Reconcile failed; retrying", "kind", kind, "key", fmt.Sprint(key), "err", err)
+			q.AddRateLimited(key)
+		}()
+	}
+}
+
+// errorClass is a coarse label for kollect_reconcile_errors_total.
+func errorClass(err error) string {
+	switch {
+	case apierrors.IsConflict(err):
+		return "conflict"
+	case apierrors.IsNotFound(err):
+		return "not_found"
+	case apierrors.IsInvalid(err):
+		return "invalid"
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		return "forbidden"
+	case apierrors.IsTimeout(err), apierrors.IsServerTimeout(err), errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case meta.IsNoMatchError(err):
+		return "kind_not_found"
+	default:
+		return "other"
+	}
+}
+
+// restMapping resolves a kind through discovery. The discovery cache is
+// refreshed on a miss (at most every mapperRefreshInterval), so kinds
+// installed later (CRDs, aggregated APIs) are found.
+func (c *Collector) restMapping(gvk schema.GroupVersionKind) (*meta.RESTMapping, error) {
+	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err == nil || !meta.IsNoMatchError(err) {
+		return m, err
+	}
+	c.mapperMu.Lock()
+	refresh := time.Since(c.mapperReset) >= mapperRefreshInterval
+	if refresh {
+		c.mapperReset = time.Now()
+	}
+	c.mapperMu.Unlock()
+	if !refresh {
+		return nil, err
+	}
+	c.mapper.Reset()
+	return c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+}
+
+// stateLocked returns the state of a target, creating it. The caller holds c.mu.
+func (c *Collector) stateLocked(key targetKey) *target {
+	t := c.state[key]
+	if t == nil {
+		t = &target{key: key, items: map[string]*itemEntry{}, byObject: map[string]string{}, failed: map[string]string{}}
+		c.state[key] = t
+	}
+	return t
+}
+
+// syncTarget reconciles one Target or ClusterTarget: finalizer, Profile,
+// kind, informer, and a walk when what it collects changed.
+func (c *Collector) syncTarget(ctx context.Context, key targetKey) error {
+	v, err := c.getView(key)
+	if err != nil {
+		return err
+	}
+	if v == nil || v.deleting {
+		return c.finish(ctx, key, v)
+	}
+	if !v.finalizer {
+		if err := c.setFinalizer(ctx, key, true); err != nil {
+			return err
+		}
+	}
+
+	c.mu.Lock()
+	t := c.stateLocked(key)
+	if t.reported == nil && v.collection != nil {
+		// What an earlier leader reported: no second Event for the same failure.
+		t.reported = v.collection.DeepCopy()
+	}
+	c.mu.Unlock()
+
+	c.mu.Lock()
+	prev := t.cfg
+	c.mu.Unlock()
+	cfg, reason, msg, err := c.configure(v, prev)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	t.generation = v.generation
+	t.suspended = v.suspend
+	switch {
+	case reason != "":
+		c.releaseInformerLocked(t)
+		t.cfg, t.reason, t.lastError = nil, reason, msg
+	case v.suspend:
+		// Suspended: keep the items, stop watching and changing them.
+		c.releaseInformerLocked(t)
+		t.cfg, t.reason, t.lastError = nil, "", ""
+	default:
+		need := informerShape{keepManagedFields: cfg.extractor.KeepsManagedFields(), keepLastApplied: cfg.extractor.KeepsLastApplied()}
+		if cfg.namespaced {
+			if !key.Cluster {
+				need.namespace = key.Namespace
+			} else if len(v.include) == 1 {
+				need.namespace = v.include[0]
+			}
+		}
+		t.cfg, t.reason, t.kindRetry = cfg, "", 0
+		if len(t.failed) == 0 {
+			t.lastError = ""
+		}
+		c.useInformerLocked(t, cfg.gvr, need)
+	}
+	var walk bool
+	if t.cfg != nil && t.informer.synced.Load() {
+		fp := fmt.Sprintf("%s/%p", t.cfg.fingerprint, t.informer)
+		if walk = t.walked != fp || t.walkNeeded; walk {
+			t.walked, t.walkNeeded, t.walkedOnce = fp, false, true
+		}
+	}
+	retry := time.Duration(0)
+	if reason == kollect.ReasonKindNotFound {
+		t.kindRetry = min(max(2*t.kindRetry, kindRetryMin), kindRetryMax)
+		retry = t.kindRetry
+	}
+	c.mu.Unlock()
+
+	if walk {
+		c.walk(key, "", true)
+	}
+	if retry > 0 {
+		c.targetQueue.AddAfter(key, retry)
+	}
+	c.statusQueue.AddAfter(key, statusDelay)
+	return nil
+}
+
+// configure compiles what a target collects, or returns prev when neither
+// the target's spec nor its Profile changed. A reason says why it cannot
+// collect; an error is transient (discovery failed) and retried.
+func (c *Collector) configure(v *view, prev *targetConfig) (cfg *targetConfig, reason, msg string, err error) {
+	p, err := c.profileLister.Profiles(v.profile.Namespace).Get(v.profile.Name)
+	if apierrors.IsNotFound(err) {
+		return nil, kollect.ReasonProfileNotFound, fmt.Sprintf("Profile %s not found", v.profile), nil
+	}
+	if err != nil {
+		return nil, "", "", err
+	}
+	fingerprint := fmt.Sprintf("%d/%s/%s", v.generation, p.UID, p.ResourceVersion)
+	if prev != nil && prev.fingerprint == fingerprint {
+		return prev, "", "", nil
+	}
+	ext, err := extract.New(p)
+	if err != nil {
+		return nil, ReasonProfileInvalid, fmt.Sprintf("Profile %s: %v", v.profile, err), nil
+	}
+	g := p.Spec.TargetGVK
+	gvk := schema.GroupVersionKind{Group: g.Group, Version: g.Version, Kind: g.Kind}
+	mapping, err := c.restMapping(gvk)
+	if meta.IsNoMatchError(err) {
+		return nil, kollect.ReasonKindNotFound, fmt.Sprintf("the cluster does not serve %s", gvkString(gvk)), nil
+	}
+	if err != nil {
+		return nil, "", "", fmt.Errorf("resolving %s: %w", gvkString(gvk), err)
+	}
+	namespaced := mapping.Scope.Name() == meta.RESTScopeNameNamespace
+	if !namespaced && !v.key.Cluster {
+		return nil, ReasonKindNotNamespaced, fmt.Sprintf("%s is cluster-scoped: collect it with a ClusterTarget", gvkString(gvk)), nil
+	}
+	sel, err := newSelection(v)
+	if err != nil {
+		return nil, ReasonInvalidSelector, err.Error(), nil
+	}
+	cfg = &targetConfig{
+		generation:  v.generation,
+		profile:     v.profile,
+		fingerprint: fingerprint,
+		extractor:   ext,
+		gvk:         gvk,
+		gvr:         mapping.Resource,
+		namespaced:  namespaced,
+		sel:         sel,
+	}
+	cfg.labels = itemLabels(v.key, cfg)
+	cfg.labelsKey = labelsKey(cfg.labels)
+	return cfg, "", "", nil
+}
+
+func gvkString(gvk schema.GroupVersionKind) string {
+	if gvk.Group == "" {
+		return gvk.Version + " " + gvk.Kind
+	}
+	return gvk.Group + "/" + gvk.Version + " " + gvk.Kind
+}
+
+// finish handles a target that is gone or being deleted: it stops
+// collecting, deletes every item of the target, and removes the finalizer.
+func (c *Collector) finish(ctx context.Context, key targetKey, v *view) error {
+	c.mu.Lock()
+	t := c.state[key]
+	hadItems := t != nil && len(t.items) > 0
+	if t != nil {
+		c.releaseInformerLocked(t)
+		c.unindexAllLocked(t)
+		delete(c.state, key)
+	}
+	c.mu.Unlock()
+	if v == nil {
+		// Deleted without the finalizer (removed by hand): clean up anyway.
+		if hadItems {
+			return c.deleteAllItems(ctx, key)
+		}
+		return nil
+	}
+	if !v.finalizer {
+		return nil
+	}
+	if err := c.deleteAllItems(ctx, key); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("Deleted the items of a deleted target", "target", key.String())
+	return c.setFinalizer(ctx, key, false)
+}
+
+// walk compares a target's objects (all, or one namespace's) with its
+// index and queues every difference and every object that may have one.
+func (c *Collector) walk(key targetKey, namespace string, full bool) {
+	c.mu.Lock()
+	t := c.state[key]
+	if t == nil || t.cfg == nil || t.informer == nil || !t.informer.synced.Load() {
+		c.mu.Unlock()
+		return
+	}
+	cfg, indexer := t.cfg, t.informer.informer.GetIndexer()
+	var known []objectKey
+	add := func(objKey string) {
+		ns, name, _ := cache.SplitMetaNamespaceKey(objKey)
+		if namespace == "" || ns == namespace {
+			known = append(known, objectKey{target: key, namespace: ns, name: name})
+		}
+	}
+	for objKey := range t.byObject {
+		add(objKey)
+	}
+	for objKey := range t.failed {
+		add(objKey)
+	}
+	if full {
+		t.lastFullSync = time.Now()
+	}
+	c.mu.Unlock()
+
+	var objs []any
+	switch {
+	case namespace != "":
+		objs, _ = indexer.ByIndex(cache.NamespaceIndex, namespace)
+	case cfg.namespaced && !key.Cluster:
+		objs, _ = indexer.ByIndex(cache.NamespaceIndex, key.Namespace)
+	default:
+		objs = indexer.List()
+	}
+	for _, o := range objs {
+		if u, ok := o.(*unstructured.Unstructured); ok && c.matches(key, cfg, u) {
+			c.objectQueue.Add(objectKey{target: key, namespace: u.GetNamespace(), name: u.GetName()})
+		}
+	}
+	// The queue de-duplicates: objects both matched and indexed run once.
+	for _, k := range known {
+		c.objectQueue.Add(k)
+	}
+}
+
+// syncObject makes the stored item of one (target, object) what it should
+// be: created, updated, deleted, or left alone when its hash is unchanged.
+func (c *Collector) syncObject(ctx context.Context, k objectKey) error {
+	if k.name == "" {
+		c.walk(k.target, k.namespace, false)
+		return nil
+	}
+	c.mu.Lock()
+	t := c.state[k.target]
+	if t == nil || t.cfg == nil || t.informer == nil || !t.informer.synced.Load() {
+		c.mu.Unlock()
+		return nil
+	}
+	cfg, indexer := t.cfg, t.informer.informer.GetIndexer()
+	objKey := objectKeyOf(k.namespace, k.name)
+	oldName, had := t.byObject[objKey]
+	var old itemEntry
+	if had {
+		old = *t.items[oldName]
+	}
+	c.mu.Unlock()
+
+	store := c.storeFor(k.target)
+	raw, exists, err := indexer.GetByKey(objKey)
+	if err != nil {
+		return err
+	}
+	obj, _ := raw.(*unstructured.Unstructured)
+	if !exists || obj == nil || !c.matches(k.target, cfg, obj) {
+		c.setFailure(t, objKey, nil)
+		if !had {
+			return nil
+		}
+		if err := store.delete(ctx, k.target.Namespace, oldName); err != nil {
+			return err
+		}
+		c.countWrite(store.kind(), metrics.OpDelete)
+		c.unindex(t, oldName)
+		return nil
+	}
+
+	source := extract.SourceOf(obj)
+	name := extract.ItemName(k.target.Name, source)
+	same := had && oldName == name && old.labels == cfg.labelsKey
+	if same && old.extractedWith == cfg.fingerprint && old.sourceRV == source.ResourceVersion {
+		// Nothing changed since the last extraction: no need to extract.
+		c.countWrite(store.kind(), metrics.OpSkip)
+		return nil
+	}
+	content, err := cfg.extractor.Extract(ctx, obj.Object)
+	if err != nil {
+		metrics.ReconcileErrors.WithLabelValues(k.target.kind(), "extraction").Inc()
+		c.setFailure(t, objKey, fmt.Errorf("%s %s: %w", source.Kind, objKey, err))
+		return nil
+	}
+	c.setFailure(t, objKey, nil)
+	hash := extract.Hash(source, content)
+	entry := &itemEntry{objKey: objKey, hash: hash, labels: cfg.labelsKey, sourceRV: source.ResourceVersion, extractedWith: cfg.fingerprint}
+	if same && old.hash == hash {
+		c.countWrite(store.kind(), metrics.OpSkip)
+		c.mu.Lock()
+		if cur := t.items[name]; cur != nil && cur.hash == hash {
+			cur.sourceRV, cur.extractedWith = source.ResourceVersion, cfg.fingerprint
+		}
+		c.mu.Unlock()
+		return nil
+	}
+	if had && oldName != name {
+		// The object was recreated under its name: a new uid, a new item.
+		if err := store.delete(ctx, k.target.Namespace, oldName); err != nil {
+			return err
+		}
+		c.countWrite(store.kind(), metrics.OpDelete)
+		c.unindex(t, oldName)
+	}
+	item := &desiredItem{namespace: k.target.Namespace, name: name, labels: maps.Clone(cfg.labels), source: source, content: content, hash: hash}
+	created, err := store.put(ctx, item, had && oldName == name)
+	if err != nil {
+		return err
+	}
+	if created {
+		c.countWrite(store.kind(), metrics.OpCreate)
+	} else {
+		c.countWrite(store.kind(), metrics.OpUpdate)
+	}
+	c.mu.Lock()
+	gone := c.state[k.target] != t
+	if !gone {
+		c.indexLocked(t, name, entry)
+		t.lastChange = time.Now()
+	}
+	c.mu.Unlock()
+	if gone {
+		// The target was deleted while this item was written.
+		return store.delete(ctx, k.target.Namespace, name)
+	}
+	c.statusQueue.AddAfter(k.target, statusDelay)
+	return nil
+}
+
+// setFailure records (err non-nil) or clears the extraction failure of an object.
+func (c *Collector) setFailure(t *target, objKey string, err error) {
+	c.mu.Lock()
+	changed := false
+	if err != nil {
+		msg := err.Error()
+		changed = t.failed[objKey] != msg
+		t.failed[objKey], t.lastError = msg, msg
+	} else if _, ok := t.failed[objKey]; ok {
+		delete(t.failed, objKey)
+		if len(t.failed) == 0 && t.reason == "" {
+			t.lastError = ""
+		}
+		changed = true
+	}
+	c.mu.Unlock()
+	if changed {
+		c.statusQueue.AddAfter(t.key, statusDelay)
+	}
+}
+
+func (c *Collector) countWrite(kind, op string) {
+	metrics.ItemWrites.WithLabelValues(kind, op).Inc()
+}
+
+// indexLocked records a stored item. The caller holds c.mu.
+func (c *Collector) indexLocked(t *target, name string, e *itemEntry) {
+	if _, ok := t.items[name]; !ok {
+		metrics.Items.WithLabelValues(t.key.itemKind()).Inc()
+	}
+	t.items[name] = e
+	t.byObject[e.objKey] = name
+}
+
+// unindex forgets a deleted item.
+func (c *Collector) unindex(t *target, name string) {
+	c.mu.Lock()
+	if e, ok := t.items[name]; ok {
+		delete(t.items, name)
+		if t.byObject[e.objKey] == name {
+			delete(t.byObject, e.objKey)
+		}
+		metrics.Items.WithLabelValues(t.key.itemKind()).Dec()
+		t.lastChange = time.Now()
+	}
+	c.mu.Unlock()
+	c.statusQueue.AddAfter(t.key, statusDelay)
+}
+
+func (c *Collector) unindexAllLocked(t *target) {
+	metrics.Items.WithLabelValues(t.key.itemKind()).Add(-float64(len(t.items)))
+	t.items, t.byObject = map[string]*itemEntry{}, map[string]string{}
+}
+
+// resync is the full walk: it reads every stored item, rebuilds the index
+// from storage (the source of truth, whoever wrote last), deletes the items
+// of targets that no longer exist, and walks every target.
+func (c *Collector) resync(ctx context.Context) error {
+	start := time.Now()
+	stored := map[targetKey][]storedItem{}
+	var orphans []storedItem
+	var clusterOrphans []storedItem
+	byLabel := func(cluster bool, s storedItem) {
+		l := s.labels[labelTarget]
+		key := targetKey{Cluster: cluster, Namespace: s.namespace, Name: l}
+		stored[key] = append(stored[key], s)
+	}
+	if err := c.itemStore.list(ctx, "", labels.Everything(), func(s storedItem) { byLabel(false, s) }); err != nil {
+		return err
+	}
+	if err := c.clusterItemStore.list(ctx, "", labels.Everything(), func(s storedItem) { byLabel(true, s) }); err != nil {
+		return err
+	}
+
+	// Map label values back to targets, read after the items so that
+	// every item written for a target finds it.
+	existing := map[targetKey]targetKey{}
+	var all []targetKey
+	if ts, err := c.targetLister.List(labels.Everything()); err == nil {
+		for _, t := range ts {
+			key := targetKey{Namespace: t.Namespace, Name: t.Name}
+			existing[targetKey{Namespace: t.Namespace, Name: labelValue(t.Name)}] = key
+			all = append(all, key)
+		}
+	}
+	if cts, err := c.clusterTargetLister.List(labels.Everything()); err == nil {
+		for _, t := range cts {
+			key := targetKey{Cluster: true, Name: t.Name}
+			existing[targetKey{Cluster: true, Name: labelValue(t.Name)}] = key
+			all = append(all, key)
+		}
+	}
+
+	c.mu.Lock()
+	for key := range c.state {
+		existing[targetKey{Cluster: key.Cluster, Namespace: key.Namespace, Name: labelValue(key.Name)}] = key
+	}
+	rebuilt := map[targetKey]bool{}
+	for labelKey, items := range stored {
+		key, ok := existing[labelKey]
+		if !ok {
+			if labelKey.Cluster {
+				clusterOrphans = append(clusterOrphans, items...)
+			} else {
+				orphans = append(orphans, items...)
+			}
+			continue
+		}
+		t := c.stateLocked(key)
+		c.rebuildIndexLocked(t, items)
+		rebuilt[key] = true
+	}
+	for key, t := range c.state {
+		if !rebuilt[key] {
+			c.rebuildIndexLocked(t, nil)
+		}
+		t.walkNeeded = true
+	}
+	c.mu.Unlock()
+
+	if len(orphans)+len(clusterOrphans) > 0 {
+		klog.FromContext(ctx).Info("Deleting items of targets that no longer exist", "items", len(orphans)+len(clusterOrphans))
+		if err := c.deleteItems(ctx, c.itemStore, orphans); err != nil {
+			return err
+		}
+		if err := c.deleteItems(ctx, c.clusterItemStore, clusterOrphans); err != nil {
+			return err
+		}
+	}
+	for _, key := range all {
+		c.targetQueue.Add(key)
+	}
+	metrics.FullWalkDuration.Observe(time.Since(start).Seconds())
+	return nil
+}
+
+// rebuildIndexLocked replaces a target's index by what storage holds,
+// keeping what the old index knew about extraction when the item is the same.
+func (c *Collector) rebuildIndexLocked(t *target, items []storedItem) {
+	old := t.items
+	c.unindexAllLocked(t)
+	for _, s := range items {
+		e := entryOf(s)
+		if prev := old[s.name]; prev != nil && prev.hash == e.hash && prev.sourceRV == e.sourceRV {
+			e.extractedWith = prev.extractedWith
+		}
+		c.indexLocked(t, s.name, e)
+	}
+}

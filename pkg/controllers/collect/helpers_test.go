@@ -1,0 +1,119 @@
+package collect
+
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+func TestWatched(t *testing.T) {
+	for _, tc := range []struct {
+		obj, ns string
+		want    bool
+	}{
+		{"", "", true},
+		{"", "enabled", true},
+		{"", "disabled", false},
+		{"disabled", "", false},
+		{"disabled", "enabled", false},
+		{"enabled", "disabled", true},
+		{"bogus", "disabled", false},
+		{"bogus", "", true},
+	} {
+		obj, ns := map[string]string{}, map[string]string{}
+		if tc.obj != "" {
+			obj[labelWatch] = tc.obj
+		}
+		if tc.ns != "" {
+			ns[labelWatch] = tc.ns
+		}
+		if got := watched(obj, ns); got != tc.want {
+			t.Errorf("object %q, namespace %q: %v, want %v", tc.obj, tc.ns, got, tc.want)
+		}
+	}
+}
+
+func TestNamespaceSelection(t *testing.T) {
+	v := &view{
+		key:               targetKey{Cluster: true, Name: "c"},
+		namespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+		exclude:           []string{"blocked"},
+	}
+	s, err := newSelection(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	team := map[string]string{"team": "a"}
+	if !s.namespaceSelected("x", team) || s.namespaceSelected("x", nil) || s.namespaceSelected("blocked", team) {
+		t.Error("selector or exclude not applied")
+	}
+	v.include = []string{"only"}
+	v.namespaceSelector = nil
+	if s, err = newSelection(v); err != nil {
+		t.Fatal(err)
+	}
+	if !s.namespaceSelected("only", nil) || s.namespaceSelected("x", team) {
+		t.Error("include not applied, or an absent selector selects nothing")
+	}
+	if !s.objects.Empty() {
+		t.Error("an absent label selector must select every object")
+	}
+	v.labelSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Bogus"}}}
+	if _, err := newSelection(v); err == nil {
+		t.Error("an invalid selector compiles")
+	}
+}
+
+func TestCombine(t *testing.T) {
+	a := targetKey{Namespace: "a", Name: "1"}
+	b := targetKey{Namespace: "b", Name: "2"}
+	c := targetKey{Namespace: "a", Name: "3"}
+	if got := combine(map[targetKey]informerShape{a: {namespace: "a"}, c: {namespace: "a", keepLastApplied: true}}); got != (informerShape{namespace: "a", keepLastApplied: true}) {
+		t.Errorf("same namespace: %+v", got)
+	}
+	if got := combine(map[targetKey]informerShape{a: {namespace: "a"}, b: {namespace: "b", keepManagedFields: true}}); got != (informerShape{keepManagedFields: true}) {
+		t.Errorf("two namespaces: %+v", got)
+	}
+}
+
+func TestTransform(t *testing.T) {
+	obj := func() *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{
+			"name":          "x",
+			"managedFields": []any{"m"},
+			"annotations":   map[string]any{"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+		}}}
+	}
+	out, _ := transform(informerShape{})(obj())
+	meta := out.(*unstructured.Unstructured).Object["metadata"].(map[string]any)
+	if _, ok := meta["managedFields"]; ok {
+		t.Error("managedFields kept")
+	}
+	if _, ok := meta["annotations"]; ok {
+		t.Error("last-applied kept")
+	}
+	out, _ = transform(informerShape{keepManagedFields: true, keepLastApplied: true})(obj())
+	if len(out.(*unstructured.Unstructured).Object["metadata"].(map[string]any)) != 3 {
+		t.Error("kept metadata dropped")
+	}
+	if out, _ := transform(informerShape{})("not an object"); out != "not an object" {
+		t.Error("non-objects must pass through")
+	}
+}
+
+func TestLabelValue(t *testing.T) {
+	if got := labelValue("web"); got != "web" {
+		t.Errorf("short names stay: %q", got)
+	}
+	long := strings.Repeat("a", 60) + "." + strings.Repeat("b", 40)
+	got := labelValue(long)
+	if len(validation.IsValidLabelValue(got)) > 0 || got != labelValue(long) || got == labelValue(long+"c") {
+		t.Errorf("labelValue(%d chars) = %q", len(long), got)
+	}
+	if got := labelValue(strings.Repeat("-", 70)); len(validation.IsValidLabelValue(got)) > 0 {
+		t.Errorf("labelValue of dashes = %q", got)
+	}
+}

@@ -1,0 +1,190 @@
+package collect
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+
+	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	applyv1alpha1 "kollect.dev/kollect/pkg/generated/applyconfiguration/kollect/v1alpha1"
+)
+
+// scheme is the Event recorder's; Events name Kollect objects through an
+// ObjectReference, which needs no scheme.
+var scheme = clientgoscheme.Scheme
+
+// maxEventNote is the longest note of an events.k8s.io Event (1 KiB).
+const maxEventNote = 1000
+
+// reportable says whether the collector has something to say about a
+// target: before its first walk the derived Pending says it all.
+func (c *Collector) reportableLocked(t *target) bool {
+	if t.reason != "" || t.suspended || t.walkedOnce {
+		return true
+	}
+	return t.informer != nil && t.informer.listErr.Load() != nil
+}
+
+// observationLocked is what the collector reports about a target now.
+func (c *Collector) observationLocked(t *target) (*v1alpha1.CollectionObservation, []string) {
+	obs := &v1alpha1.CollectionObservation{
+		ObservedGeneration: t.generation,
+		ItemCount:          int64(len(t.items)),
+		FailedCount:        int64(len(t.failed)),
+		LastError:          t.lastError,
+		Reason:             t.reason,
+		LastFullSyncTime:   timeOrNil(t.lastFullSync),
+		LastChangeTime:     timeOrNil(t.lastChange),
+	}
+	if t.cfg != nil && t.informer != nil && !t.informer.synced.Load() {
+		if msg := t.informer.listErr.Load(); msg != nil {
+			obs.Reason, obs.LastError = ReasonListFailed, *msg
+		}
+	}
+	var namespaces []string
+	if t.key.Cluster {
+		namespaces = c.matchedNamespaces(t.cfg)
+	}
+	return obs, namespaces
+}
+
+func timeOrNil(t time.Time) *metav1.Time {
+	if t.IsZero() {
+		return nil
+	}
+	mt := metav1.NewTime(t.Truncate(time.Second))
+	return &mt
+}
+
+func timeEqual(a, b *metav1.Time) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Equal(b)
+}
+
+// withoutTimes is an observation without its time fields.
+func withoutTimes(o *v1alpha1.CollectionObservation) v1alpha1.CollectionObservation {
+	out := *o
+	out.LastFullSyncTime, out.LastChangeTime = nil, nil
+	return out
+}
+
+// failureReason is the failure an observation reports, if any.
+func failureReason(o *v1alpha1.CollectionObservation) string {
+	switch {
+	case o == nil:
+		return ""
+	case o.Reason != "":
+		return o.Reason
+	case o.FailedCount > 0:
+		return kollect.ReasonExtractionFailed
+	}
+	return ""
+}
+
+// syncStatus writes a target's status.collection when it changed. A change
+// of lastChangeTime alone is written at most every timeOnlyReportInterval,
+// so a stream of item updates does not become a stream of status writes.
+func (c *Collector) syncStatus(ctx context.Context, key targetKey) error {
+	c.mu.Lock()
+	t := c.state[key]
+	if t == nil || !c.reportableLocked(t) {
+		c.mu.Unlock()
+		return nil
+	}
+	obs, namespaces := c.observationLocked(t)
+	prev, prevNamespaces, reportedAt := t.reported, t.reportedNamespaces, t.reportedAt
+	c.mu.Unlock()
+
+	if prev != nil && slices.Equal(prevNamespaces, namespaces) && apiequality.Semantic.DeepEqual(withoutTimes(prev), withoutTimes(obs)) {
+		switch since := time.Since(reportedAt); {
+		case !timeEqual(prev.LastFullSyncTime, obs.LastFullSyncTime):
+		case timeEqual(prev.LastChangeTime, obs.LastChangeTime):
+			return nil
+		case since < timeOnlyReportInterval:
+			c.statusQueue.AddAfter(key, timeOnlyReportInterval-since)
+			return nil
+		}
+	}
+	if err := c.writeStatus(ctx, key, obs, namespaces); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	c.mu.Lock()
+	if c.state[key] == t {
+		t.reported, t.reportedNamespaces, t.reportedAt = obs, namespaces, time.Now()
+	}
+	c.mu.Unlock()
+	if reason := failureReason(obs); reason != "" && reason != failureReason(prev) {
+		c.warn(key, reason, obs.LastError)
+	}
+	return nil
+}
+
+// writeStatus applies status.collection (and matchedNamespaces) through
+// the status subresource; the registry derives the conditions in the same
+// write. Server-side apply needs no read first and never conflicts.
+func (c *Collector) writeStatus(ctx context.Context, key targetKey, obs *v1alpha1.CollectionObservation, namespaces []string) error {
+	col := applyv1alpha1.CollectionObservation().
+		WithObservedGeneration(obs.ObservedGeneration).
+		WithItemCount(obs.ItemCount).
+		WithFailedCount(obs.FailedCount)
+	if obs.LastError != "" {
+		col.WithLastError(obs.LastError)
+	}
+	if obs.Reason != "" {
+		col.WithReason(obs.Reason)
+	}
+	if obs.LastFullSyncTime != nil {
+		col.WithLastFullSyncTime(*obs.LastFullSyncTime)
+	}
+	if obs.LastChangeTime != nil {
+		col.WithLastChangeTime(*obs.LastChangeTime)
+	}
+	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
+	api := c.kollect.KollectV1alpha1()
+	if key.Cluster {
+		status := applyv1alpha1.ClusterTargetStatus().WithCollection(col)
+		if len(namespaces) > 0 {
+			status.WithMatchedNamespaces(namespaces...)
+		}
+		_, err := api.ClusterTargets().ApplyStatus(ctx, applyv1alpha1.ClusterTarget(key.Name).WithStatus(status), opts)
+		return err
+	}
+	_, err := api.Targets(key.Namespace).ApplyStatus(ctx,
+		applyv1alpha1.Target(key.Name, key.Namespace).WithStatus(applyv1alpha1.TargetStatus().WithCollection(col)), opts)
+	return err
+}
+
+// warn emits a Warning Event about a target in the host cluster, where
+// `kubectl describe` finds it. Events of ClusterTargets go to the default
+// namespace, as Kubernetes does for cluster-scoped objects.
+func (c *Collector) warn(key targetKey, reason, note string) {
+	v, err := c.getView(key)
+	if err != nil || v == nil {
+		return
+	}
+	if len(note) > maxEventNote {
+		note = strings.ToValidUTF8(note[:maxEventNote], "")
+	}
+	ref := &corev1.ObjectReference{
+		APIVersion:      v1alpha1.SchemeGroupVersion.String(),
+		Kind:            key.kind(),
+		Namespace:       key.Namespace,
+		Name:            key.Name,
+		UID:             v.uid,
+		ResourceVersion: v.resourceVersion,
+	}
+	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, "Collect", "%s", note)
+}

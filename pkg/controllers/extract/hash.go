@@ -1,0 +1,117 @@
+package extract
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"kollect.dev/kollect/pkg/apis/kollect"
+)
+
+// hashVersion is part of every hash, so that a change of the canonical form
+// rewrites every item once instead of comparing incomparable hashes.
+const hashVersion = 1
+
+// hashInput is the canonical form hashed: encoding/json writes struct
+// fields in declaration order and map keys sorted, and every raw value was
+// produced by encoding/json, so equal content gives equal bytes.
+type hashInput struct {
+	Version    int                        `json:"v"`
+	APIVersion string                     `json:"apiVersion"`
+	Kind       string                     `json:"kind"`
+	Namespace  string                     `json:"namespace"`
+	Name       string                     `json:"name"`
+	UID        types.UID                  `json:"uid"`
+	Attributes map[string]json.RawMessage `json:"attributes,omitempty"`
+	Object     json.RawMessage            `json:"object,omitempty"`
+}
+
+// Hash is the hex SHA-256 of the canonical JSON of the source identity
+// (apiVersion, kind, namespace, name, uid — not resourceVersion, so an
+// update of the source that changes nothing the Profile keeps does not
+// rewrite the item) and the content.
+func Hash(source kollect.ItemSource, c Content) string {
+	in := hashInput{
+		Version:    hashVersion,
+		APIVersion: source.APIVersion,
+		Kind:       source.Kind,
+		Namespace:  source.Namespace,
+		Name:       source.Name,
+		UID:        source.UID,
+	}
+	if c.Attributes != nil {
+		in.Attributes = make(map[string]json.RawMessage, len(c.Attributes))
+		for k, v := range c.Attributes {
+			in.Attributes[k] = rawOrNull(v.Raw)
+		}
+	}
+	if c.Object != nil {
+		in.Object = rawOrNull(c.Object.Raw)
+	}
+	data, err := json.Marshal(in)
+	if err != nil {
+		// Only invalid raw JSON fails, and extraction never produces it;
+		// hash its bytes anyway so that the result still tracks the content.
+		data = []byte(err.Error())
+	}
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+func rawOrNull(raw []byte) json.RawMessage {
+	if len(raw) == 0 {
+		return json.RawMessage("null")
+	}
+	return raw
+}
+
+// SourceOf is the item source of a collected object.
+func SourceOf(obj *unstructured.Unstructured) kollect.ItemSource {
+	return kollect.ItemSource{
+		APIVersion:      obj.GetAPIVersion(),
+		Kind:            obj.GetKind(),
+		Namespace:       obj.GetNamespace(),
+		Name:            obj.GetName(),
+		UID:             obj.GetUID(),
+		ResourceVersion: obj.GetResourceVersion(),
+	}
+}
+
+const (
+	// maxNameLength is the longest object name (a DNS subdomain).
+	maxNameLength = 253
+	// suffixLength is how many hex digits of the source's digest end an
+	// item name: 64 bits, so that a target with a million objects has a
+	// one-in-ten-million chance of a collision.
+	suffixLength = 16
+)
+
+// ItemName is the deterministic name of the item a target makes of an
+// object: "<target>-<16 hex digits of sha256(uid)>", the target's name cut
+// so the whole stays a valid DNS subdomain of at most 253 characters. The
+// object's uid identifies it across renames of nothing and recreations
+// under the same name alike; an object without a uid (never the case for
+// objects read from kube-apiserver) is identified by namespace and name.
+func ItemName(target string, source kollect.ItemSource) string {
+	id := string(source.UID)
+	if id == "" {
+		id = source.Namespace + "/" + source.Name
+	}
+	sum := sha256.Sum256([]byte(id))
+	suffix := hex.EncodeToString(sum[:])[:suffixLength]
+	prefix := target
+	if max := maxNameLength - suffixLength - 1; len(prefix) > max {
+		prefix = prefix[:max]
+	}
+	// A cut name may end in a separator, which a DNS subdomain cannot have
+	// before the "-" that follows.
+	prefix = strings.TrimRight(prefix, "-.")
+	if prefix == "" {
+		return "item-" + suffix
+	}
+	return prefix + "-" + suffix
+}

@@ -1,0 +1,269 @@
+// Package leader runs Kollect's embedded controllers on exactly one
+// replica: every replica serves the API, the one holding the Lease
+// kollect-controllers in the host cluster also runs the controllers. A
+// replica that loses the lease stops its controllers before it campaigns
+// again; one that shuts down stops them and then releases the lease, so the
+// next leader starts at once instead of after the lease duration.
+package leader
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+
+	"kollect.dev/kollect/pkg/controllers/collect"
+	"kollect.dev/kollect/pkg/controllers/metrics"
+)
+
+// LeaseName is the Lease the replicas compete for.
+const LeaseName = "kollect-controllers"
+
+// Options configure the controllers and their leader election.
+type Options struct {
+	// LeaderElect runs the controllers only on the holder of the lease.
+	// Off, every replica runs them: only for a single replica.
+	LeaderElect bool
+	// Namespace holds the Lease in the host cluster.
+	Namespace string
+	// LeaseDuration, RenewDeadline and RetryPeriod are the usual
+	// client-go leader election timings.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// ResyncPeriod is the time between full walks of the collector.
+	ResyncPeriod time.Duration
+	// Workers is how many objects the collector reconciles at once.
+	Workers int
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		LeaderElect:   true,
+		Namespace:     "kollect-system",
+		LeaseDuration: 15 * time.Second,
+		RenewDeadline: 10 * time.Second,
+		RetryPeriod:   2 * time.Second,
+		ResyncPeriod:  collect.DefaultResyncPeriod,
+		Workers:       collect.DefaultWorkers,
+	}
+}
+
+// AddFlags registers the flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect,
+		"Run the controllers only on the replica holding the Lease "+LeaseName+" in --leader-election-namespace of the host cluster. Every replica serves the API either way.")
+	fs.StringVar(&o.Namespace, "leader-election-namespace", o.Namespace, "Namespace of the leader election Lease in the host cluster.")
+	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", o.LeaseDuration,
+		"How long the other replicas wait after the leader's last renewal before taking over.")
+	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", o.RenewDeadline,
+		"How long the leader keeps trying to renew before it stops its controllers.")
+	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", o.RetryPeriod, "Time between attempts to acquire or renew the lease.")
+	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod,
+		"Time between full walks comparing the cluster's objects with the stored items (the safety net under incremental collection).")
+	fs.IntVar(&o.Workers, "collect-workers", o.Workers, "Objects extracted and written concurrently by the collector.")
+}
+
+// Validate checks the flags.
+func (o *Options) Validate() []error {
+	var errs []error
+	if o.LeaderElect {
+		if o.Namespace == "" {
+			errs = append(errs, errors.New("--leader-election-namespace is required with --leader-elect"))
+		}
+		if o.RetryPeriod <= 0 || o.RenewDeadline <= o.RetryPeriod || o.LeaseDuration <= o.RenewDeadline {
+			errs = append(errs, fmt.Errorf("leader election needs 0 < --leader-election-retry-period (%s) < --leader-election-renew-deadline (%s) < --leader-election-lease-duration (%s)",
+				o.RetryPeriod, o.RenewDeadline, o.LeaseDuration))
+		}
+	}
+	if o.ResyncPeriod <= 0 {
+		errs = append(errs, fmt.Errorf("--resync-period must be positive, got %s", o.ResyncPeriod))
+	}
+	if o.Workers < 1 {
+		errs = append(errs, fmt.Errorf("--collect-workers must be at least 1, got %d", o.Workers))
+	}
+	return errs
+}
+
+// Identity names this replica in the Lease: $POD_NAME when set, else the
+// host name with a random suffix (two processes on one host differ).
+func Identity() string {
+	if pod := os.Getenv("POD_NAME"); pod != "" {
+		return pod
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "kollect"
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return host + "_" + hex.EncodeToString(b)
+}
+
+// Install starts the controllers with the server: a post-start hook starts
+// them (the loopback client works from then on) and a pre-shutdown hook
+// stops them and releases the lease while the server still serves.
+// host is the host cluster; cfg's Host and Loopback are filled in here.
+func (o *Options) Install(server *genericapiserver.GenericAPIServer, host *rest.Config, cfg collect.Config) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var started sync.Once
+	server.AddPostStartHookOrDie("kollect-controllers", func(hook genericapiserver.PostStartHookContext) error {
+		started.Do(func() {
+			cfg.Host, cfg.Loopback = host, rest.CopyConfig(hook.LoopbackClientConfig)
+			stop := context.AfterFunc(hook, cancel)
+			go func() {
+				defer close(done)
+				defer stop()
+				if err := o.Run(ctx, host, cfg); err != nil {
+					klog.ErrorS(err, "Controllers stopped")
+				}
+			}()
+		})
+		return nil
+	})
+	server.AddPreShutdownHookOrDie("kollect-controllers", func() error {
+		cancel()
+		started.Do(func() { close(done) }) // never started: nothing to wait for
+		select {
+		case <-done:
+		case <-time.After(o.RenewDeadline + 10*time.Second):
+			klog.Info("Controllers did not stop in time")
+		}
+		return nil
+	})
+}
+
+// Run runs the collector while this replica leads, until ctx is done.
+func (o *Options) Run(ctx context.Context, host *rest.Config, cfg collect.Config) error {
+	metrics.Register()
+	identity := Identity()
+	cfg.Identity = identity
+	cfg.ResyncPeriod, cfg.Workers = o.ResyncPeriod, o.Workers
+	// run returns only when ctx is done: a collector that fails is
+	// started again, so that a leader never holds the lease idle.
+	run := func(ctx context.Context) {
+		_ = wait.PollUntilContextCancel(ctx, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+			c, err := collect.New(cfg)
+			if err == nil {
+				err = c.Run(ctx)
+			}
+			if err != nil && ctx.Err() == nil {
+				klog.FromContext(ctx).Error(err, "Collector failed; restarting it")
+			}
+			return false, nil
+		})
+	}
+	if !o.LeaderElect {
+		metrics.Leader.Set(1)
+		defer metrics.Leader.Set(0)
+		run(ctx)
+		return nil
+	}
+	kube, err := kubernetes.NewForConfig(host)
+	if err != nil {
+		return err
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: o.Namespace, Name: LeaseName},
+		Client:     kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+	}
+	logger := klog.FromContext(ctx).WithValues("lease", o.Namespace+"/"+LeaseName, "identity", identity)
+	for ctx.Err() == nil {
+		if err := o.campaign(ctx, lock, logger, run); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// campaign runs one leader election: it returns when the lease is lost
+// (after the controllers stopped) or, once ctx is done, after the
+// controllers stopped and the lease was released.
+func (o *Options) campaign(ctx context.Context, lock resourcelock.Interface, logger klog.Logger, run func(context.Context)) error {
+	// The election outlives ctx: on shutdown the controllers stop first,
+	// and only then is the lease released (ReleaseOnCancel requires it).
+	electCtx, cancelElect := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelElect()
+
+	var (
+		mu      sync.Mutex
+		closed  bool // no controllers may start any more
+		running bool
+		stopped = make(chan struct{})
+	)
+	// settle forbids new starts and waits for running controllers.
+	settle := func() {
+		mu.Lock()
+		closed = true
+		wasRunning := running
+		mu.Unlock()
+		if wasRunning {
+			<-stopped
+		}
+	}
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		Name:            LeaseName,
+		LeaseDuration:   o.LeaseDuration,
+		RenewDeadline:   o.RenewDeadline,
+		RetryPeriod:     o.RetryPeriod,
+		ReleaseOnCancel: true,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(leCtx context.Context) {
+				mu.Lock()
+				if closed {
+					mu.Unlock()
+					return
+				}
+				running = true
+				mu.Unlock()
+				defer close(stopped)
+				runCtx, cancel := context.WithCancel(leCtx)
+				defer cancel()
+				stop := context.AfterFunc(ctx, cancel)
+				defer stop()
+				logger.Info("Leading: starting the controllers")
+				metrics.Leader.Set(1)
+				defer metrics.Leader.Set(0)
+				run(klog.NewContext(runCtx, logger))
+				logger.Info("Controllers stopped")
+			},
+			OnStoppedLeading: func() {},
+			OnNewLeader: func(id string) {
+				logger.V(1).Info("Leader elected", "leader", id)
+			},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			settle()
+			cancelElect()
+		case <-electCtx.Done():
+		}
+	}()
+	elector.Run(electCtx)
+	settle()
+	if ctx.Err() == nil {
+		logger.Info("Lost the lease; campaigning again")
+	}
+	return nil
+}
