@@ -90,11 +90,28 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	group := genericapiserver.NewDefaultAPIGroupInfo(kollect.GroupName, Scheme, metav1.ParameterCodec, Codecs)
+	group.NegotiatedSerializer = withoutProtobuf{Codecs}
 	group.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = storage
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, fmt.Errorf("installing %s: %w", v1alpha1.SchemeGroupVersion, err)
 	}
 	return s, nil
+}
+
+// withoutProtobuf offers JSON, YAML and CBOR but not protobuf: Kollect's
+// types have no protobuf encoding, so a client that prefers protobuf (the
+// namespace and garbage collectors do, through the aggregator) must be
+// answered in its JSON fallback rather than with an encoding error.
+type withoutProtobuf struct{ runtime.NegotiatedSerializer }
+
+func (s withoutProtobuf) SupportedMediaTypes() []runtime.SerializerInfo {
+	var out []runtime.SerializerInfo
+	for _, info := range s.NegotiatedSerializer.SupportedMediaTypes() {
+		if info.MediaType != runtime.ContentTypeProtobuf {
+			out = append(out, info)
+		}
+	}
+	return out
 }
 
 // withStatus is the constructor shape of kinds with a status subresource.

@@ -130,6 +130,25 @@ func TestServedAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("protobuf-preferring clients get JSON", func(t *testing.T) {
+		// Kollect's types have no protobuf encoding: the JSON fallback answers.
+		res := srv.Client.KollectV1alpha1().RESTClient().Get().Namespace("team-a").Resource("inventories").
+			SetHeader("Accept", "application/vnd.kubernetes.protobuf, application/json").Do(ctx)
+		var ct string
+		res.ContentType(&ct)
+		raw, err := res.Raw()
+		if err != nil || !strings.HasPrefix(ct, "application/json") || !json.Valid(raw) {
+			t.Errorf("err=%v content type %q body %.200s", err, ct, raw)
+		}
+		// Metadata-only lists (the namespace and garbage collectors) are
+		// meta.k8s.io types, which protobuf encodes.
+		err = srv.Client.KollectV1alpha1().RESTClient().Get().Namespace("team-a").Resource("inventories").
+			SetHeader("Accept", "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json").Do(ctx).Error()
+		if err != nil {
+			t.Errorf("metadata list: %v", err)
+		}
+	})
+
 	t.Run("invalid inventory names every field path", func(t *testing.T) {
 		refs := make([]v1alpha1.SinkReference, 0, 21)
 		for i := 0; i < 20; i++ {
