@@ -120,6 +120,11 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	cfg.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
 	cfg.OpenAPIV3Config.Info.Title, cfg.OpenAPIV3Config.Info.Version = "Kollect", "v1alpha1"
 	cfg.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
+	// Watches never go idle: without this, shutdown waits the whole request
+	// timeout (60s) for kube-apiserver's and the controllers' watches before
+	// the HTTP server gives up. With it, in-flight requests drain, new ones
+	// get 429 Retry-After, and the remaining connections close after 2s.
+	cfg.ShutdownSendRetryAfter = true
 
 	if err := o.Recommended.ApplyTo(cfg); err != nil {
 		return nil, err
