@@ -820,3 +820,26 @@ func BuildTools(ctx context.Context, root string, log io.Writer) (string, error)
 	}
 	return filepath.Join(root, "_output", "tools", "bin"), nil
 }
+
+// KollectBinary returns $KOLLECT_BINARY when it names an executable (the
+// Makefile builds it and exports it), else builds ./cmd/kollect-apiserver of
+// the repository at root into _output/bin and returns that path.
+func KollectBinary(ctx context.Context, root string, log io.Writer) (string, error) {
+	if b := os.Getenv("KOLLECT_BINARY"); b != "" {
+		if err := checkExecutable(b); err != nil {
+			return "", fmt.Errorf("KOLLECT_BINARY: %w", err)
+		}
+		return b, nil
+	}
+	if log == nil {
+		log = io.Discard
+	}
+	out := filepath.Join(root, "_output", "bin", "kollect-apiserver")
+	fmt.Fprintln(log, "building kollect-apiserver...")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/kollect-apiserver")
+	cmd.Dir, cmd.Stdout, cmd.Stderr = root, log, log
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building kollect-apiserver: %w", err)
+	}
+	return out, nil
+}

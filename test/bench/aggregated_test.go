@@ -5,7 +5,6 @@ import (
 	"debug/buildinfo"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -82,7 +81,10 @@ func BenchmarkAggregatedVsCRD(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	kollectBin := kollectBinary(ctx, b, root)
+	kollectBin, err := localcluster.KollectBinary(ctx, root, os.Stderr)
+	if err != nil {
+		b.Fatal(err)
+	}
 	loadBefore := loadAverage()
 
 	dir := b.TempDir()
@@ -648,26 +650,6 @@ func inventoryCRD() map[string]any {
 			}},
 		},
 	}
-}
-
-// kollectBinary is $KOLLECT_BINARY when it names an executable (make bench
-// builds it), else a fresh build of ./cmd/kollect-apiserver.
-func kollectBinary(ctx context.Context, b *testing.B, root string) string {
-	if p := os.Getenv("KOLLECT_BINARY"); p != "" {
-		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return p
-		}
-		fmt.Fprintf(os.Stderr, "bench: KOLLECT_BINARY=%s is not an executable; building kollect-apiserver\n", p)
-	}
-	out := filepath.Join(b.TempDir(), "kollect-apiserver")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/kollect-apiserver")
-	cmd.Dir = root
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	fmt.Fprintln(os.Stderr, "bench: building kollect-apiserver...")
-	if err := cmd.Run(); err != nil {
-		b.Fatalf("building kollect-apiserver: %v", err)
-	}
-	return out
 }
 
 // aggregatedConditions describes the run: the machine (load.Conditions),

@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
 
 	"k8s.io/client-go/kubernetes"
 
@@ -63,7 +61,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the pinned tools: %w", err)
 	}
-	binary, err := kollectBinary(ctx, root, log)
+	binary, err := localcluster.KollectBinary(ctx, root, log)
 	if err != nil {
 		return nil, fmt.Errorf("building kollect-apiserver: %w", err)
 	}
@@ -105,18 +103,4 @@ func (env *Env) Stop(keep bool) error {
 		_ = os.RemoveAll(env.Dir)
 	}
 	return err
-}
-
-// kollectBinary is $KOLLECT_BINARY when built (make builds it), else a
-// fresh build of cmd/kollect-apiserver.
-func kollectBinary(ctx context.Context, root string, log io.Writer) (string, error) {
-	if bin := os.Getenv("KOLLECT_BINARY"); bin != "" {
-		if st, err := os.Stat(bin); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return bin, nil
-		}
-	}
-	out := filepath.Join(root, "_output", "collect", "kollect-apiserver")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/kollect-apiserver")
-	cmd.Dir, cmd.Stdout, cmd.Stderr = root, log, log
-	return out, cmd.Run()
 }

@@ -10,7 +10,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -79,7 +78,7 @@ func (env *Env) start(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	binary, err := kollectBinary(ctx, root)
+	binary, err := localcluster.KollectBinary(ctx, root, os.Stderr)
 	if err != nil {
 		return err
 	}
@@ -113,21 +112,6 @@ func (env *Env) start(ctx context.Context, opts Options) error {
 		return err
 	}
 	return env.Cluster.RegisterKollect(ctx, env.Kollect)
-}
-
-// kollectBinary is $KOLLECT_BINARY (set by the Makefile), or a fresh build.
-func kollectBinary(ctx context.Context, root string) (string, error) {
-	if b := os.Getenv("KOLLECT_BINARY"); b != "" {
-		return b, nil
-	}
-	out := filepath.Join(root, "_output", "bin", "kollect-apiserver")
-	fmt.Fprintln(os.Stderr, "e2e: building kollect-apiserver...")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/kollect-apiserver")
-	cmd.Dir, cmd.Stdout, cmd.Stderr = root, os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("building kollect-apiserver: %w", err)
-	}
-	return out, nil
 }
 
 // Admin is an admin client configuration through kube-apiserver.
