@@ -18,7 +18,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 		Resource: "clusterinventoryitems", Singular: "clusterinventoryitem", ShortNames: []string{"citem"},
 		New:      func() runtime.Object { return &kollect.ClusterInventoryItem{} },
 		NewList:  func() runtime.Object { return &kollect.ClusterInventoryItemList{} },
-		Strategy: strategy{common.NewBase(scheme, false, opts.Clock)}, Fields: selectableFields, Table: table,
+		Strategy: kind.Strategy(common.NewBase(scheme, false, opts.Clock)), Fields: selectableFields, Table: table,
 	}
 	store, err := common.NewStore(kind, optsGetter)
 	if err != nil {

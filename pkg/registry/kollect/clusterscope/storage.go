@@ -14,7 +14,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 		Resource: "clusterscopes", Singular: "clusterscope", ShortNames: []string{"kcscope"},
 		New:      func() runtime.Object { return &kollect.ClusterScope{} },
 		NewList:  func() runtime.Object { return &kollect.ClusterScopeList{} },
-		Strategy: strategy{common.NewBase(scheme, false, opts.Clock)}, Table: table,
+		Strategy: kind.Strategy(common.NewBase(scheme, false, opts.Clock)), Table: table,
 	}
 	store, err := common.NewStore(kind, optsGetter)
 	if err != nil {

@@ -18,7 +18,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 		Resource: "inventoryitems", Singular: "inventoryitem", ShortNames: []string{"item"},
 		New:      func() runtime.Object { return &kollect.InventoryItem{} },
 		NewList:  func() runtime.Object { return &kollect.InventoryItemList{} },
-		Strategy: strategy{common.NewBase(scheme, true, opts.Clock)}, Fields: selectableFields, Table: table,
+		Strategy: kind.Strategy(common.NewBase(scheme, true, opts.Clock)), Fields: selectableFields, Table: table,
 	}
 	store, err := common.NewStore(kind, optsGetter)
 	if err != nil {

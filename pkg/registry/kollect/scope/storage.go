@@ -14,7 +14,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 		Resource: "scopes", Singular: "scope", ShortNames: []string{"kscope"},
 		New:      func() runtime.Object { return &kollect.Scope{} },
 		NewList:  func() runtime.Object { return &kollect.ScopeList{} },
-		Strategy: strategy{common.NewBase(scheme, true, opts.Clock)}, Table: table,
+		Strategy: kind.Strategy(common.NewBase(scheme, true, opts.Clock)), Table: table,
 	}
 	store, err := common.NewStore(kind, optsGetter)
 	if err != nil {

@@ -2,37 +2,17 @@
 package scope
 
 import (
-	"context"
-
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/validation"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
 )
 
-type strategy struct{ common.Base }
-
-// PrepareForCreate starts the generation at 1.
-func (strategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
-	obj.(*kollect.Scope).Generation = 1
+// kind describes Scopes to the shared strategy; the generation follows its spec.
+var kind = common.Static[*kollect.Scope]{
+	Meta:           func(o *kollect.Scope) *metav1.ObjectMeta { return &o.ObjectMeta },
+	Content:        func(o *kollect.Scope) any { return o.Spec },
+	Validate:       validation.ValidateScope,
+	ValidateUpdate: validation.ValidateScopeUpdate,
 }
-
-// PrepareForUpdate bumps the generation on spec changes.
-func (strategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
-	s, o := obj.(*kollect.Scope), old.(*kollect.Scope)
-	common.BumpGeneration(&s.ObjectMeta, &o.ObjectMeta, s.Spec, o.Spec)
-}
-
-func (strategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
-	return validation.ValidateScope(obj.(*kollect.Scope))
-}
-
-func (strategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
-	return validation.ValidateScopeUpdate(obj.(*kollect.Scope), old.(*kollect.Scope))
-}
-
-// GetResetFields is empty: a Scope has no status.
-func (strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set { return nil }
