@@ -64,6 +64,8 @@ func Main(m *testing.M, env *Env, opts Options) int {
 	}
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "e2e: logs of every process are in %s\n", filepath.Join(env.Cluster.Dir(), "logs"))
+	} else {
+		_ = os.RemoveAll(env.Cluster.Dir())
 	}
 	return code
 }
