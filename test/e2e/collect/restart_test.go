@@ -100,13 +100,28 @@ func TestLeaderFailover(t *testing.T) {
 		}
 		return metricValue(m, "kollect_controllers_leader") == 1, "not leading"
 	})
-	takeover := time.Since(killed)
-	t.Logf("take-over %s after kill -9 of the leader (lease duration %s)", takeover.Round(time.Millisecond), leaseDuration)
-	if takeover > leaseDuration+2*retryPeriod+time.Second {
-		t.Errorf("take-over took %s, want at most the lease duration %s plus two retry periods", takeover, leaseDuration)
+	// The take-over moment is the new holder's acquireTime on the Lease (same
+	// machine, same clock), not when this test's polling noticed it: the
+	// polling and re-routing the APIService add seconds of their own.
+	lease, err := kube.CoordinationV1().Leases("kollect-system").Get(ctx, "kollect-controllers", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if h := leaseHolder(ctx, t); h == holder {
-		t.Errorf("the lease is still held by %s", h)
+	if h := lease.Spec.HolderIdentity; h == nil || *h == holder {
+		t.Fatalf("the lease is still held by %s", holder)
+	}
+	if lease.Spec.AcquireTime == nil {
+		t.Fatal("the new holder recorded no acquireTime")
+	}
+	takeover := lease.Spec.AcquireTime.Sub(killed)
+	t.Logf("take-over %s after kill -9 of the leader (lease duration %s, retry period %s)", takeover.Round(time.Millisecond), leaseDuration, retryPeriod)
+	// A follower sees the lease expire leaseDuration after it last saw a
+	// renewal and looks every retryPeriod (with jitter); on a shared 2-core
+	// machine scheduling adds a second or two. Twice the lease duration
+	// still catches an election that waits for anything else (a resync, a
+	// restart) while not failing on a busy machine.
+	if limit := 2 * leaseDuration; takeover > limit {
+		t.Errorf("take-over took %s, want at most twice the lease duration (%s)", takeover, limit)
 	}
 
 	// Changes made now are the new leader's to collect.
