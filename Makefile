@@ -51,7 +51,11 @@ verify: check-go ## generated code current, gofmt and go vet clean
 	@$(GO) vet ./...
 
 .PHONY: unit
-unit: build tools ## unit and registry tests (real embedded etcd; the harness test starts a real cluster)
+.PHONY: services
+services: ## make sure PostgreSQL and NATS (JetStream) run on loopback; starts them when down
+	@bash hack/services.sh
+
+unit: build tools services ## unit and registry tests (real embedded etcd, Postgres, NATS, git; the harness test starts a real cluster)
 	@echo "unit and registry tests..."
 	@$(GO) test -count=1 $(UNIT_PKGS)
 
@@ -60,7 +64,7 @@ fuzz: check-go ## run every fuzz target for FUZZTIME each
 	@hack/fuzz.sh $(FUZZTIME)
 
 .PHONY: e2e
-e2e: build tools ## end-to-end tests through a real kube-apiserver
+e2e: build tools services ## end-to-end tests through a real kube-apiserver
 	@echo "end-to-end tests..."
 	@$(GO) test -count=1 -p 1 -timeout 30m ./test/e2e/...
 

@@ -24,6 +24,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/apiserver"
 	"kollect.dev/kollect/pkg/controllers/collect"
+	"kollect.dev/kollect/pkg/controllers/export"
 	"kollect.dev/kollect/pkg/controllers/leader"
 	"kollect.dev/kollect/pkg/embeddedetcd"
 	generatedopenapi "kollect.dev/kollect/pkg/generated/openapi"
@@ -74,7 +75,7 @@ func NewOptions() *Options {
 // AddFlags registers the flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Recommended.AddFlags(fs)
-	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory of the embedded etcd's data, used when --etcd-servers is empty.")
+	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory of local state: the embedded etcd's data (used when --etcd-servers is empty) and the exporters' git clones (export/).")
 	fs.BoolVar(&o.AllowPrivateSinkEndpoints, "allow-private-sink-endpoints", o.AllowPrivateSinkEndpoints,
 		"Allow sink endpoints on private, loopback, link-local and metadata addresses. Off by default so tenants cannot reach internal services through a sink.")
 	fs.StringVar(&o.ServiceName, "service-name", o.ServiceName, "Name of the Service in front of this server; the self-signed serving certificate is valid for it.")
@@ -164,7 +165,14 @@ func (o *Options) Run(ctx context.Context) error {
 	// Namespaces, Events and the leader Lease. Without one (CoreAPI off, as
 	// in tests of the registry) the server only serves.
 	if host := cfg.GenericConfig.ClientConfig; host != nil {
-		o.Controllers.Install(srv.GenericAPIServer, host, collect.Config{Items: srv.Items, ClusterItems: srv.ClusterItems})
+		stateDir, err := filepath.Abs(filepath.Join(o.DataDir, "export"))
+		if err != nil {
+			return err
+		}
+		o.Controllers.Install(srv.GenericAPIServer, host, leader.Configs{
+			Collect: collect.Config{Items: srv.Items, ClusterItems: srv.ClusterItems},
+			Export:  export.Config{StateDir: stateDir},
+		})
 	}
 	if o.afterConfig != nil {
 		o.afterConfig(rest.CopyConfig(cfg.GenericConfig.LoopbackClientConfig))

@@ -27,6 +27,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kollect.dev/kollect/pkg/controllers/collect"
+	"kollect.dev/kollect/pkg/controllers/export"
 	"kollect.dev/kollect/pkg/controllers/metrics"
 )
 
@@ -47,18 +48,24 @@ type Options struct {
 	ResyncPeriod time.Duration
 	// Workers is how many objects the collector reconciles at once.
 	Workers int
+	// ClusterName names the host cluster in exported snapshots.
+	ClusterName string
+	// ExportWatchdog is how often an idle exporter refreshes its status entry.
+	ExportWatchdog time.Duration
 }
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		LeaderElect:   true,
-		Namespace:     "kollect-system",
-		LeaseDuration: 15 * time.Second,
-		RenewDeadline: 10 * time.Second,
-		RetryPeriod:   2 * time.Second,
-		ResyncPeriod:  collect.DefaultResyncPeriod,
-		Workers:       collect.DefaultWorkers,
+		LeaderElect:    true,
+		Namespace:      "kollect-system",
+		LeaseDuration:  15 * time.Second,
+		RenewDeadline:  10 * time.Second,
+		RetryPeriod:    2 * time.Second,
+		ResyncPeriod:   collect.DefaultResyncPeriod,
+		Workers:        collect.DefaultWorkers,
+		ClusterName:    "kubernetes",
+		ExportWatchdog: export.DefaultWatchdog,
 	}
 }
 
@@ -75,6 +82,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod,
 		"Time between full walks comparing the cluster's objects with the stored items (the safety net under incremental collection).")
 	fs.IntVar(&o.Workers, "collect-workers", o.Workers, "Objects extracted and written concurrently by the collector.")
+	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "Name of the host cluster, written into exported snapshots.")
+	fs.DurationVar(&o.ExportWatchdog, "export-watchdog-period", o.ExportWatchdog,
+		"How often an exporter with nothing to export refreshes its status entry (the seed's 30s watchdog for interval 0s).")
 }
 
 // Validate checks the flags.
@@ -91,6 +101,9 @@ func (o *Options) Validate() []error {
 	}
 	if o.ResyncPeriod <= 0 {
 		errs = append(errs, fmt.Errorf("--resync-period must be positive, got %s", o.ResyncPeriod))
+	}
+	if o.ExportWatchdog < time.Second {
+		errs = append(errs, fmt.Errorf("--export-watchdog-period must be at least 1s, got %s", o.ExportWatchdog))
 	}
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--collect-workers must be at least 1, got %d", o.Workers))
@@ -113,17 +126,24 @@ func Identity() string {
 	return host + "_" + hex.EncodeToString(b)
 }
 
+// Configs are the embedded controllers' configurations.
+type Configs struct {
+	Collect collect.Config
+	Export  export.Config
+}
+
 // Install starts the controllers with the server: a post-start hook starts
 // them (the loopback client works from then on) and a pre-shutdown hook
 // stops them and releases the lease while the server still serves.
-// host is the host cluster; cfg's Host and Loopback are filled in here.
-func (o *Options) Install(server *genericapiserver.GenericAPIServer, host *rest.Config, cfg collect.Config) {
+// host is the host cluster; the configs' Host and Loopback are filled in here.
+func (o *Options) Install(server *genericapiserver.GenericAPIServer, host *rest.Config, cfg Configs) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	var started sync.Once
 	server.AddPostStartHookOrDie("kollect-controllers", func(hook genericapiserver.PostStartHookContext) error {
 		started.Do(func() {
-			cfg.Host, cfg.Loopback = host, rest.CopyConfig(hook.LoopbackClientConfig)
+			cfg.Collect.Host, cfg.Collect.Loopback = host, rest.CopyConfig(hook.LoopbackClientConfig)
+			cfg.Export.Host, cfg.Export.Loopback = host, rest.CopyConfig(hook.LoopbackClientConfig)
 			stop := context.AfterFunc(hook, cancel)
 			go func() {
 				defer close(done)
@@ -147,25 +167,45 @@ func (o *Options) Install(server *genericapiserver.GenericAPIServer, host *rest.
 	})
 }
 
-// Run runs the collector while this replica leads, until ctx is done.
-func (o *Options) Run(ctx context.Context, host *rest.Config, cfg collect.Config) error {
+// Run runs the collector and the exporter while this replica leads, until
+// ctx is done.
+func (o *Options) Run(ctx context.Context, host *rest.Config, cfg Configs) error {
 	metrics.Register()
 	identity := Identity()
-	cfg.Identity = identity
-	cfg.ResyncPeriod, cfg.Workers = o.ResyncPeriod, o.Workers
-	// run returns only when ctx is done: a collector that fails is
-	// started again, so that a leader never holds the lease idle.
-	run := func(ctx context.Context) {
+	cfg.Collect.Identity = identity
+	cfg.Collect.ResyncPeriod, cfg.Collect.Workers = o.ResyncPeriod, o.Workers
+	cfg.Export.ClusterName, cfg.Export.Watchdog = o.ClusterName, o.ExportWatchdog
+	// keep runs a controller until ctx is done: one that fails is started
+	// again, so that a leader never holds the lease idle.
+	keep := func(ctx context.Context, name string, start func(context.Context) error) {
 		_ = wait.PollUntilContextCancel(ctx, 5*time.Second, true, func(ctx context.Context) (bool, error) {
-			c, err := collect.New(cfg)
-			if err == nil {
-				err = c.Run(ctx)
-			}
-			if err != nil && ctx.Err() == nil {
-				klog.FromContext(ctx).Error(err, "Collector failed; restarting it")
+			if err := start(ctx); err != nil && ctx.Err() == nil {
+				klog.FromContext(ctx).Error(err, "Controller failed; restarting it", "controller", name)
 			}
 			return false, nil
 		})
+	}
+	run := func(ctx context.Context) {
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			keep(ctx, "collect", func(ctx context.Context) error {
+				c, err := collect.New(cfg.Collect)
+				if err != nil {
+					return err
+				}
+				return c.Run(ctx)
+			})
+		})
+		wg.Go(func() {
+			keep(ctx, "export", func(ctx context.Context) error {
+				c, err := export.New(cfg.Export)
+				if err != nil {
+					return err
+				}
+				return c.Run(ctx)
+			})
+		})
+		wg.Wait()
 	}
 	if !o.LeaderElect {
 		metrics.Leader.Set(1)

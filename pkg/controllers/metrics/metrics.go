@@ -93,3 +93,64 @@ func Register() {
 		legacyregistry.MustRegister(CollectEvents, ItemWrites, Informers, Items, ReconcileErrors, Leader, FullWalkDuration)
 	})
 }
+
+// Export results of kollect_sink_exports_total.
+const (
+	ResultExported  = "exported"
+	ResultDebounced = "debounced"
+	ResultFailed    = "failed"
+)
+
+var (
+	// SinkExports counts exporter runs by sink family, sink type and result.
+	SinkExports = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      namespace,
+		Name:           "sink_exports_total",
+		Help:           "Exporter runs by sink family (Snapshot, Database, Event), sink type and result (exported, debounced, failed).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"family", "type", "result"})
+
+	// ExportDuration is how long writing to a sink took.
+	ExportDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Namespace:      namespace,
+		Name:           "export_duration_seconds",
+		Help:           "Duration of exports that wrote to a sink, by sink type.",
+		Buckets:        metrics.ExponentialBuckets(0.001, 4, 10),
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"type"})
+
+	// ExportDebounced counts runs that found the sink up to date and the
+	// re-export interval not yet elapsed.
+	ExportDebounced = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace:      namespace,
+		Name:           "export_debounced_total",
+		Help:           "Exporter runs that wrote nothing: the sink holds the current payload and its interval has not elapsed.",
+		StabilityLevel: metrics.ALPHA,
+	})
+
+	// ExportBytes counts payload bytes handed to sinks: encoded documents
+	// for snapshot sinks, item content for rows and events.
+	ExportBytes = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      namespace,
+		Name:           "export_bytes_total",
+		Help:           "Payload bytes handed to sinks, by sink type: encoded documents for snapshot sinks, item content for rows and events.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"type"})
+
+	// BreakerOpen is 1 while a sink's circuit breaker is open.
+	BreakerOpen = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace:      namespace,
+		Name:           "sink_breaker_open",
+		Help:           "1 while the circuit breaker of a sink is open (consecutive failures; exports wait for the backoff), else 0. name is namespace/name.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"family", "name"})
+)
+
+var registerExportOnce sync.Once
+
+// RegisterExport adds the exporter metrics to the legacy registry.
+func RegisterExport() {
+	registerExportOnce.Do(func() {
+		legacyregistry.MustRegister(SinkExports, ExportDuration, ExportDebounced, ExportBytes, BreakerOpen)
+	})
+}

@@ -26,6 +26,9 @@ const (
 	maxRefLength           = 255
 	maxEmailLength         = 254
 	maxSQLIdentifierLength = 63
+	// maxSQLTableLength leaves room for the "_cursors" suffix of the
+	// cursor table within Postgres' 63-byte identifiers.
+	maxSQLTableLength = maxSQLIdentifierLength - len("_cursors")
 )
 
 var sqlIdentifierRegexp = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -103,6 +106,8 @@ var (
 	emailRule         = stringRule{maxEmailLength, isEmail, "must be an email address such as kollect@example.com"}
 	sqlIdentifierRule = stringRule{maxSQLIdentifierLength, sqlIdentifierRegexp.MatchString,
 		"must be a SQL identifier: a letter or '_' followed by letters, digits or '_'"}
+	sqlTableRule = stringRule{maxSQLTableLength, sqlIdentifierRegexp.MatchString,
+		"must be a SQL identifier: a letter or '_' followed by letters, digits or '_'"}
 )
 
 func isStreamName(name string) bool {
@@ -148,5 +153,5 @@ func validatePostgresConfig(pg *kollect.PostgresSinkConfig, fldPath *field.Path)
 		return field.ErrorList{requireBlock("postgres")}
 	}
 	errs := sqlIdentifierRule.validate(pg.Schema, fldPath.Child("schema"))
-	return append(errs, sqlIdentifierRule.validate(pg.Table, fldPath.Child("table"))...)
+	return append(errs, sqlTableRule.validate(pg.Table, fldPath.Child("table"))...)
 }

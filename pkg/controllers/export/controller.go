@@ -1,0 +1,1066 @@
+// Package export is the exporter: it delivers the items of each Inventory
+// and ClusterInventory to the sinks they reference (DESIGN.md §5, seed 000).
+//
+// A view per inventory holds its items (those of the targets it selects)
+// with an incrementally maintained checksum, fed by informers on
+// InventoryItems and ClusterInventoryItems: list, then watch from that
+// resourceVersion. One exporter goroutine per (inventory, sink) follows
+// the view: a material change is exported after a short batching window,
+// an unchanged payload only when its interval is due, a generation bump
+// forces an export. Snapshot sinks get the whole document, database sinks
+// the changed rows with the cursor in the same transaction, event sinks
+// one event per changed item. Each exporter writes only its own
+// status.sinkExports entry (server-side apply, its own field manager); the
+// registry derives the aggregate on write.
+package export
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/controllers/metrics"
+	applyv1alpha1 "kollect.dev/kollect/pkg/generated/applyconfiguration/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/generated/clientset/versioned"
+	kollectinformers "kollect.dev/kollect/pkg/generated/informers/externalversions"
+	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
+)
+
+// Finalizer keeps an Inventory or ClusterInventory until what it exported
+// to sinks with deletionPolicy Delete is removed.
+const Finalizer = "kollect.dev/export"
+
+const targetIndex = "target"
+
+// Config is what the exporter needs from the server.
+type Config struct {
+	// Host reaches the host cluster: sink Secrets and Events.
+	Host *rest.Config
+	// Loopback reaches this server: inventories, targets, sinks, scopes, items.
+	Loopback *rest.Config
+	// ClusterName names the host cluster in snapshot envelopes.
+	ClusterName string
+	// StateDir holds local working state (git clones).
+	StateDir string
+	// Watchdog is how often an idle exporter refreshes its status entry; 0
+	// means DefaultWatchdog.
+	Watchdog time.Duration
+}
+
+// invKey names an Inventory (Cluster false) or a ClusterInventory.
+type invKey struct {
+	Cluster         bool
+	Namespace, Name string
+}
+
+func (k invKey) String() string {
+	if k.Cluster {
+		return "ClusterInventory " + k.Name
+	}
+	return "Inventory " + k.Namespace + "/" + k.Name
+}
+
+func (k invKey) kind() string {
+	if k.Cluster {
+		return "ClusterInventory"
+	}
+	return "Inventory"
+}
+
+// inventoryState is the controller's state of one inventory.
+type inventoryState struct {
+	key       invKey
+	view      *view
+	targets   map[string]bool // selected target names
+	exporters map[exporterKey]*exporter
+}
+
+// Controller runs the export controllers.
+type Controller struct {
+	cfg      Config
+	watchdog time.Duration
+
+	kube    kubernetes.Interface
+	kollect versioned.Interface
+
+	factory kollectinformers.SharedInformerFactory
+	// itemFactory holds the item informers, started with the first
+	// inventory: a server that only collects keeps no second copy of the items.
+	itemFactory         kollectinformers.SharedInformerFactory
+	itemsStarted        bool
+	inventories         kollectlisters.InventoryLister
+	clusterInventories  kollectlisters.ClusterInventoryLister
+	targets             kollectlisters.TargetLister
+	clusterTargets      kollectlisters.ClusterTargetLister
+	snapshotSinks       kollectlisters.SnapshotSinkLister
+	databaseSinks       kollectlisters.DatabaseSinkLister
+	eventSinks          kollectlisters.EventSinkLister
+	scopes              kollectlisters.ScopeLister
+	clusterScopes       kollectlisters.ClusterScopeLister
+	items, clusterItems cache.SharedIndexInformer
+
+	recorder events.EventRecorder
+	queue    workqueue.TypedRateLimitingInterface[invKey]
+	probes   workqueue.TypedRateLimitingInterface[sinkKey]
+
+	runCtx context.Context
+
+	mu    sync.Mutex
+	state map[invKey]*inventoryState
+	// byNamespace indexes inventories by the namespace of their items:
+	// an Inventory's own, "" for ClusterInventories.
+	byNamespace map[string]map[invKey]*inventoryState
+}
+
+// New builds the controller.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Host == nil || cfg.Loopback == nil {
+		return nil, errors.New("the exporter needs the host and loopback configurations")
+	}
+	if cfg.ClusterName == "" {
+		cfg.ClusterName = "kubernetes"
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = filepath.Join(os.TempDir(), "kollect-export")
+	}
+	watchdog := cfg.Watchdog
+	if watchdog <= 0 {
+		watchdog = DefaultWatchdog
+	}
+	host := rest.CopyConfig(cfg.Host)
+	if host.QPS == 0 {
+		host.QPS, host.Burst = 20, 40
+	}
+	kube, err := kubernetes.NewForConfig(host)
+	if err != nil {
+		return nil, err
+	}
+	loopback := rest.CopyConfig(cfg.Loopback)
+	loopback.QPS, loopback.Burst = 200, 400
+	kc, err := versioned.NewForConfig(loopback)
+	if err != nil {
+		return nil, err
+	}
+	metrics.RegisterExport()
+	return &Controller{
+		cfg:         cfg,
+		watchdog:    watchdog,
+		kube:        kube,
+		kollect:     kc,
+		state:       map[invKey]*inventoryState{},
+		byNamespace: map[string]map[invKey]*inventoryState{},
+	}, nil
+}
+
+// Run runs the exporters until ctx is done; it returns after every
+// exporter stopped.
+func (c *Controller) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("controller", "export")
+	ctx = klog.NewContext(ctx, logger)
+	c.runCtx = ctx
+
+	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[invKey](),
+		workqueue.TypedRateLimitingQueueConfig[invKey]{Name: "kollect_export_inventories"})
+	c.probes = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[sinkKey](),
+		workqueue.TypedRateLimitingQueueConfig[sinkKey]{Name: "kollect_export_probes"})
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: c.kube.EventsV1()})
+	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		return err
+	}
+	defer broadcaster.Shutdown()
+	sch := runtime.NewScheme()
+	_ = scheme.AddToScheme(sch)
+	_ = v1alpha1.AddToScheme(sch)
+	c.recorder = broadcaster.NewRecorder(sch, "kollect-exporter")
+
+	c.setupInformers()
+	c.factory.Start(ctx.Done())
+	defer c.factory.Shutdown()
+	defer c.itemFactory.Shutdown()
+	for _, synced := range c.factory.WaitForCacheSync(ctx.Done()) {
+		if !synced {
+			return nil
+		}
+	}
+	logger.Info("Exporter started")
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for c.processInventory(ctx) {
+		}
+	})
+	wg.Go(func() {
+		for c.processProbe(ctx) {
+		}
+	})
+	wg.Go(func() { c.reprobeLoop(ctx) })
+	<-ctx.Done()
+	c.queue.ShutDown()
+	c.probes.ShutDown()
+	wg.Wait()
+
+	c.mu.Lock()
+	var all []*exporter
+	for _, s := range c.state {
+		for _, e := range s.exporters {
+			all = append(all, e)
+		}
+	}
+	c.state = map[invKey]*inventoryState{}
+	c.byNamespace = map[string]map[invKey]*inventoryState{}
+	c.mu.Unlock()
+	for _, e := range all {
+		e.stop()
+	}
+	logger.Info("Exporter stopped")
+	return nil
+}
+
+func (c *Controller) setupInformers() {
+	c.factory = kollectinformers.NewSharedInformerFactory(c.kollect, 0)
+	k := c.factory.Kollect().V1alpha1()
+	c.inventories = k.Inventories().Lister()
+	c.clusterInventories = k.ClusterInventories().Lister()
+	c.targets = k.Targets().Lister()
+	c.clusterTargets = k.ClusterTargets().Lister()
+	c.snapshotSinks = k.SnapshotSinks().Lister()
+	c.databaseSinks = k.DatabaseSinks().Lister()
+	c.eventSinks = k.EventSinks().Lister()
+	c.scopes = k.Scopes().Lister()
+	c.clusterScopes = k.ClusterScopes().Lister()
+
+	enqueueInv := func(obj any) {
+		switch o := unwrap(obj).(type) {
+		case *v1alpha1.Inventory:
+			c.queue.Add(invKey{Namespace: o.Namespace, Name: o.Name})
+		case *v1alpha1.ClusterInventory:
+			c.queue.Add(invKey{Cluster: true, Name: o.Name})
+		}
+	}
+	_, _ = k.Inventories().Informer().AddEventHandler(handler(enqueueInv))
+	_, _ = k.ClusterInventories().Informer().AddEventHandler(handler(enqueueInv))
+
+	// A target's labels decide which inventories select it.
+	targetChanged := func(obj any) {
+		switch o := unwrap(obj).(type) {
+		case *v1alpha1.Target:
+			c.enqueueNamespace(o.Namespace)
+		case *v1alpha1.ClusterTarget:
+			c.enqueueNamespace("")
+		}
+	}
+	_, _ = k.Targets().Informer().AddEventHandler(handler(targetChanged))
+	_, _ = k.ClusterTargets().Informer().AddEventHandler(handler(targetChanged))
+
+	// Sinks and scopes are read at export time: poke the exporters that use
+	// them, and probe changed sinks.
+	sinkChanged := func(family v1alpha1.SinkFamily) func(any) {
+		return func(obj any) {
+			m, ok := unwrap(obj).(metav1.Object)
+			if !ok {
+				return
+			}
+			c.pokeSink(family, m.GetNamespace(), m.GetName())
+			c.probes.Add(sinkKey{family: family, namespace: m.GetNamespace(), name: m.GetName()})
+		}
+	}
+	_, _ = k.SnapshotSinks().Informer().AddEventHandler(specHandler(sinkChanged(v1alpha1.SinkFamilySnapshot)))
+	_, _ = k.DatabaseSinks().Informer().AddEventHandler(specHandler(sinkChanged(v1alpha1.SinkFamilyDatabase)))
+	_, _ = k.EventSinks().Informer().AddEventHandler(specHandler(sinkChanged(v1alpha1.SinkFamilyEvent)))
+	scopeChanged := func(obj any) {
+		if m, ok := unwrap(obj).(metav1.Object); ok {
+			c.pokeNamespace(m.GetNamespace())
+		}
+	}
+	_, _ = k.Scopes().Informer().AddEventHandler(handler(scopeChanged))
+	_, _ = k.ClusterScopes().Informer().AddEventHandler(handler(scopeChanged))
+
+	c.itemFactory = kollectinformers.NewSharedInformerFactory(c.kollect, 0)
+	items := c.itemFactory.Kollect().V1alpha1()
+	c.items = items.InventoryItems().Informer()
+	c.clusterItems = items.ClusterInventoryItems().Informer()
+	byTarget := cache.Indexers{targetIndex: func(obj any) ([]string, error) {
+		m, ok := obj.(metav1.Object)
+		if !ok {
+			return nil, nil
+		}
+		return []string{m.GetNamespace() + "/" + m.GetLabels()[v1alpha1.LabelTarget]}, nil
+	}}
+	_ = c.items.AddIndexers(byTarget)
+	_ = c.clusterItems.AddIndexers(byTarget)
+	// Items are written by the collector without managed fields; drop
+	// anything else the exporter does not read to keep the cache lean.
+	_ = c.items.SetTransform(stripItem)
+	_ = c.clusterItems.SetTransform(stripItem)
+	_, _ = c.items.AddEventHandler(c.itemHandler())
+	_, _ = c.clusterItems.AddEventHandler(c.itemHandler())
+}
+
+func stripItem(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+		m.SetAnnotations(nil)
+	}
+	return obj, nil
+}
+
+func unwrap(obj any) any {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}
+
+func handler(f func(any)) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    f,
+		UpdateFunc: func(_, obj any) { f(obj) },
+		DeleteFunc: f,
+	}
+}
+
+// specHandler ignores updates that change neither the generation nor the
+// metadata a sink depends on: a sink's own status writes (probes) must not
+// wake every exporter using it.
+func specHandler(f func(any)) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: f,
+		UpdateFunc: func(old, obj any) {
+			o, n := old.(metav1.Object), obj.(metav1.Object)
+			if o.GetGeneration() != n.GetGeneration() || o.GetDeletionTimestamp() != n.GetDeletionTimestamp() {
+				f(obj)
+			}
+		},
+		DeleteFunc: f,
+	}
+}
+
+// itemHandler applies item events to the views that include the item.
+func (c *Controller) itemHandler() cache.ResourceEventHandlerFuncs {
+	convert := func(obj any) (*sink.Item, bool) {
+		switch o := unwrap(obj).(type) {
+		case *v1alpha1.InventoryItem:
+			return fromItem(o), true
+		case *v1alpha1.ClusterInventoryItem:
+			return fromClusterItem(o), true
+		}
+		return nil, false
+	}
+	upsert := func(obj any) {
+		it, ok := convert(obj)
+		if !ok {
+			return
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, s := range c.byNamespace[it.Namespace] {
+			if s.targets[it.Target] {
+				s.view.upsert(it)
+			}
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    upsert,
+		UpdateFunc: func(_, obj any) { upsert(obj) },
+		DeleteFunc: func(obj any) {
+			it, ok := convert(obj)
+			if !ok {
+				return
+			}
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			for _, s := range c.byNamespace[it.Namespace] {
+				s.view.remove(it.Key(), it)
+			}
+		},
+	}
+}
+
+func (c *Controller) enqueueNamespace(ns string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key := range c.byNamespace[ns] {
+		c.queue.Add(key)
+	}
+	// Inventories without state yet (created before their targets) are
+	// queued by their own informer; nothing else to do.
+}
+
+// pokeSink wakes the exporters of a sink (its spec or Secret reference changed).
+func (c *Controller) pokeSink(family v1alpha1.SinkFamily, ns, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.state {
+		for key, e := range s.exporters {
+			if key.family == family && key.namespace == ns && key.name == name {
+				e.poke()
+			}
+		}
+	}
+}
+
+// pokeNamespace wakes the exporters of the inventories a scope governs:
+// the namespace's Inventories, or every ClusterInventory for a ClusterScope.
+func (c *Controller) pokeNamespace(ns string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, s := range c.byNamespace[ns] {
+		for _, e := range s.exporters {
+			e.poke()
+		}
+	}
+}
+
+// itemsCursor is the resourceVersion the item informer of an inventory's
+// items has caught up to.
+func (c *Controller) itemsCursor(k invKey) string {
+	if k.Cluster {
+		return c.clusterItems.LastSyncResourceVersion()
+	}
+	return c.items.LastSyncResourceVersion()
+}
+
+// warn emits a Warning Event about an inventory in the host cluster.
+// ClusterInventory events go to the default namespace, as Kubernetes does
+// for cluster-scoped objects.
+func (c *Controller) warn(k invKey, reason, note string) {
+	obj, err := c.getInventory(k)
+	if err != nil || obj == nil {
+		return
+	}
+	ref := &corev1.ObjectReference{
+		APIVersion:      v1alpha1.SchemeGroupVersion.String(),
+		Kind:            k.kind(),
+		Namespace:       k.Namespace,
+		Name:            k.Name,
+		UID:             obj.GetUID(),
+		ResourceVersion: obj.GetResourceVersion(),
+	}
+	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, "Export", "%s", truncate(strings.ToValidUTF8(note, ""), 1000))
+}
+
+// getInventory reads an inventory from the cache; nil when it is gone.
+func (c *Controller) getInventory(k invKey) (metav1.Object, error) {
+	var obj metav1.Object
+	var err error
+	if k.Cluster {
+		obj, err = c.clusterInventories.Get(k.Name)
+	} else {
+		obj, err = c.inventories.Inventories(k.Namespace).Get(k.Name)
+	}
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return obj, err
+}
+
+// inventorySpec is what the controller reads of either inventory kind.
+type inventorySpec struct {
+	meta       *metav1.ObjectMeta
+	generation int64
+	suspend    bool
+	interval   *time.Duration
+	refs       []resolvedRef
+	status     *v1alpha1.InventoryStatus
+	// selects reports whether a target (by name and labels) is exported.
+	selects func(name string, lbls map[string]string) bool
+}
+
+type resolvedRef struct {
+	family          v1alpha1.SinkFamily
+	namespace, name string
+	interval        *time.Duration
+}
+
+func durationPtr(d *metav1.Duration) *time.Duration {
+	if d == nil {
+		return nil
+	}
+	v := d.Duration
+	return &v
+}
+
+func specOf(obj metav1.Object) (*inventorySpec, error) {
+	out := &inventorySpec{}
+	addRefs := func(family v1alpha1.SinkFamily, refs []v1alpha1.SinkReference, defaultNS string) {
+		for _, r := range refs {
+			ns := r.Namespace
+			if ns == "" {
+				ns = defaultNS
+			}
+			out.refs = append(out.refs, resolvedRef{family: family, namespace: ns, name: r.Name, interval: durationPtr(r.ExportMinInterval)})
+		}
+	}
+	selector := func(s *metav1.LabelSelector) (labels.Selector, error) {
+		if s == nil {
+			return labels.Everything(), nil
+		}
+		return metav1.LabelSelectorAsSelector(s)
+	}
+	switch o := obj.(type) {
+	case *v1alpha1.Inventory:
+		out.meta, out.generation, out.suspend, out.status = &o.ObjectMeta, o.Generation, o.Spec.Suspend, &o.Status
+		out.interval = durationPtr(o.Spec.ExportMinInterval)
+		addRefs(v1alpha1.SinkFamilySnapshot, o.Spec.SnapshotSinkRefs, o.Namespace)
+		addRefs(v1alpha1.SinkFamilyDatabase, o.Spec.DatabaseSinkRefs, o.Namespace)
+		addRefs(v1alpha1.SinkFamilyEvent, o.Spec.EventSinkRefs, o.Namespace)
+		sel, err := selector(o.Spec.TargetSelector)
+		if err != nil {
+			return nil, err
+		}
+		out.selects = func(_ string, l map[string]string) bool { return sel.Matches(labels.Set(l)) }
+	case *v1alpha1.ClusterInventory:
+		out.meta, out.generation, out.suspend, out.status = &o.ObjectMeta, o.Generation, o.Spec.Suspend, &o.Status
+		out.interval = durationPtr(o.Spec.ExportMinInterval)
+		sinkNS := o.Spec.SinkNamespace
+		if sinkNS == "" {
+			sinkNS = "kollect-system"
+		}
+		addRefs(v1alpha1.SinkFamilySnapshot, o.Spec.SnapshotSinkRefs, sinkNS)
+		addRefs(v1alpha1.SinkFamilyDatabase, o.Spec.DatabaseSinkRefs, sinkNS)
+		addRefs(v1alpha1.SinkFamilyEvent, o.Spec.EventSinkRefs, sinkNS)
+		names := map[string]bool{}
+		for _, r := range o.Spec.TargetRefs {
+			names[r.Name] = true
+		}
+		var sel labels.Selector
+		if o.Spec.TargetSelector != nil {
+			s, err := selector(o.Spec.TargetSelector)
+			if err != nil {
+				return nil, err
+			}
+			sel = s
+		}
+		all := len(names) == 0 && sel == nil
+		out.selects = func(name string, l map[string]string) bool {
+			return all || names[name] || (sel != nil && sel.Matches(labels.Set(l)))
+		}
+	default:
+		return nil, fmt.Errorf("unexpected inventory type %T", obj)
+	}
+	return out, nil
+}
+
+// processInventory reconciles one inventory from the queue.
+func (c *Controller) processInventory(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	if err := c.reconcile(ctx, key); err != nil {
+		if ctx.Err() == nil {
+			klog.FromContext(ctx).Info("Reconciling failed; retrying", "inventory", key.String(), "err", err)
+			metrics.ReconcileErrors.WithLabelValues(key.kind(), errorClass(err)).Inc()
+		}
+		c.queue.AddRateLimited(key)
+		return true
+	}
+	c.queue.Forget(key)
+	return true
+}
+
+func errorClass(err error) string {
+	switch {
+	case apierrors.IsConflict(err):
+		return "conflict"
+	case apierrors.IsNotFound(err):
+		return "not_found"
+	case apierrors.IsForbidden(err):
+		return "forbidden"
+	case apierrors.IsInvalid(err):
+		return "invalid"
+	case apierrors.IsTimeout(err), apierrors.IsServerTimeout(err), errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	}
+	return "sink"
+}
+
+func (c *Controller) reconcile(ctx context.Context, key invKey) error {
+	obj, err := c.getInventory(key)
+	if err != nil {
+		return err
+	}
+	if obj == nil {
+		c.drop(key)
+		return nil
+	}
+	// Only this worker starts them: reconciles are sequential.
+	if !c.itemsStarted {
+		c.itemFactory.Start(ctx.Done())
+		if !cache.WaitForCacheSync(ctx.Done(), c.items.HasSynced, c.clusterItems.HasSynced) {
+			return ctx.Err()
+		}
+		c.itemsStarted = true
+	}
+	spec, err := specOf(obj)
+	if err != nil {
+		return err
+	}
+	if spec.meta.DeletionTimestamp != nil {
+		c.drop(key)
+		if !slices.Contains(spec.meta.Finalizers, Finalizer) {
+			return nil
+		}
+		if err := c.cleanup(ctx, key, spec); err != nil {
+			return err
+		}
+		return c.setFinalizer(ctx, key, false)
+	}
+	if !slices.Contains(spec.meta.Finalizers, Finalizer) {
+		if err := c.setFinalizer(ctx, key, true); err != nil {
+			return err
+		}
+	}
+
+	// Which targets the inventory exports.
+	selected := map[string]bool{}
+	if key.Cluster {
+		list, err := c.clusterTargets.List(labels.Everything())
+		if err != nil {
+			return err
+		}
+		for _, t := range list {
+			selected[t.Name] = spec.selects(t.Name, t.Labels)
+		}
+	} else {
+		list, err := c.targets.Targets(key.Namespace).List(labels.Everything())
+		if err != nil {
+			return err
+		}
+		for _, t := range list {
+			selected[t.Name] = spec.selects(t.Name, t.Labels)
+		}
+	}
+	for name, ok := range selected {
+		if !ok {
+			delete(selected, name)
+		}
+	}
+
+	c.mu.Lock()
+	s := c.state[key]
+	if s == nil {
+		s = &inventoryState{key: key, view: newView(), exporters: map[exporterKey]*exporter{}}
+		c.state[key] = s
+		ns := key.Namespace
+		if key.Cluster {
+			ns = ""
+		}
+		if c.byNamespace[ns] == nil {
+			c.byNamespace[ns] = map[invKey]*inventoryState{}
+		}
+		c.byNamespace[ns][key] = s
+	}
+	if !mapsEqual(s.targets, selected) || s.targets == nil {
+		s.targets = selected
+		s.view.replace(c.itemsOf(key, selected))
+	}
+
+	desired := map[exporterKey]bool{}
+	if !spec.suspend {
+		for _, r := range spec.refs {
+			desired[exporterKey{inv: key, family: r.family, namespace: r.namespace, name: r.name}] = true
+		}
+	}
+	var stopping []*exporter
+	for k, e := range s.exporters {
+		if !desired[k] {
+			stopping = append(stopping, e)
+			delete(s.exporters, k)
+		}
+	}
+	for k := range desired {
+		if e, ok := s.exporters[k]; ok {
+			e.poke() // the spec may have changed: generation, intervals
+			continue
+		}
+		e := newExporter(c, k, s.view)
+		s.exporters[k] = e
+		e.start(c.runCtx)
+	}
+	c.mu.Unlock()
+	for _, e := range stopping {
+		e.stop()
+	}
+	return nil
+}
+
+func mapsEqual(a, b map[string]bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// itemsOf reads the items of the selected targets from the informer cache.
+func (c *Controller) itemsOf(key invKey, targets map[string]bool) map[string]*sink.Item {
+	out := map[string]*sink.Item{}
+	inf, ns := c.items, key.Namespace
+	if key.Cluster {
+		inf, ns = c.clusterItems, ""
+	}
+	for t := range targets {
+		objs, _ := inf.GetIndexer().ByIndex(targetIndex, ns+"/"+t)
+		for _, obj := range objs {
+			var it *sink.Item
+			switch o := obj.(type) {
+			case *v1alpha1.InventoryItem:
+				it = fromItem(o)
+			case *v1alpha1.ClusterInventoryItem:
+				it = fromClusterItem(o)
+			default:
+				continue
+			}
+			out[it.Key()] = it
+		}
+	}
+	return out
+}
+
+// drop stops an inventory's exporters and forgets it.
+func (c *Controller) drop(key invKey) {
+	c.mu.Lock()
+	s := c.state[key]
+	delete(c.state, key)
+	ns := key.Namespace
+	if key.Cluster {
+		ns = ""
+	}
+	delete(c.byNamespace[ns], key)
+	c.mu.Unlock()
+	if s == nil {
+		return
+	}
+	for _, e := range s.exporters {
+		e.stop()
+	}
+}
+
+// setFinalizer adds or removes the export finalizer with a fresh read.
+func (c *Controller) setFinalizer(ctx context.Context, key invKey, present bool) error {
+	edit := func(meta *metav1.ObjectMeta) bool {
+		has := slices.Contains(meta.Finalizers, Finalizer)
+		switch {
+		case present && !has:
+			meta.Finalizers = append(meta.Finalizers, Finalizer)
+		case !present && has:
+			meta.Finalizers = slices.DeleteFunc(meta.Finalizers, func(f string) bool { return f == Finalizer })
+		default:
+			return false
+		}
+		return true
+	}
+	api := c.kollect.KollectV1alpha1()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if key.Cluster {
+			o, err := api.ClusterInventories().Get(ctx, key.Name, metav1.GetOptions{})
+			if err != nil || !edit(&o.ObjectMeta) {
+				return err
+			}
+			_, err = api.ClusterInventories().Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
+			return err
+		}
+		o, err := api.Inventories(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+		if err != nil || !edit(&o.ObjectMeta) {
+			return err
+		}
+		_, err = api.Inventories(key.Namespace).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
+		return err
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+const fieldManager = "kollect-exporter"
+
+// cleanup removes what a deleted inventory exported to the sinks whose
+// deletionPolicy is Delete: the document, the rows, or a delete event per item.
+func (c *Controller) cleanup(ctx context.Context, key invKey, spec *inventorySpec) error {
+	inv := sinkInventory(key, spec.meta)
+	// The view was dropped with the exporters: read the items again.
+	items := c.itemsOfSpec(key, spec)
+	var errs []error
+	for _, r := range spec.refs {
+		ek := exporterKey{inv: key, family: r.family, namespace: r.namespace, name: r.name}
+		obj, err := c.sinkObject(ek)
+		if apierrors.IsNotFound(err) {
+			continue // nothing to clean up where the sink no longer exists
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if policy(obj) != v1alpha1.DeletionPolicyDelete {
+			continue
+		}
+		client, err := c.buildClient(ctx, ek, obj)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s/%s/%s: %s", r.family, r.namespace, r.name, client.scrubOrRaw(err)))
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, exportTimeout)
+		switch {
+		case client.snapshot != nil:
+			err = client.snapshot.Delete(cctx, inv)
+		case client.database != nil:
+			err = client.database.Delete(cctx, inv)
+		case client.event != nil:
+			changes := make([]sink.Change, 0, len(items))
+			for _, it := range items {
+				changes = append(changes, sink.Change{Op: sink.Delete, Item: it})
+			}
+			if len(changes) > 0 {
+				err = client.event.Publish(cctx, inv, changes)
+			}
+		}
+		cancel()
+		_ = client.Close()
+		if err != nil {
+			msg := client.scrub(err.Error())
+			c.warn(key, "CleanupFailed", fmt.Sprintf("removing the export from %s %s/%s failed: %s", r.family, r.namespace, r.name, msg))
+			errs = append(errs, errors.New(msg))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Controller) itemsOfSpec(key invKey, spec *inventorySpec) []*sink.Item {
+	selected := map[string]bool{}
+	if key.Cluster {
+		list, _ := c.clusterTargets.List(labels.Everything())
+		for _, t := range list {
+			if spec.selects(t.Name, t.Labels) {
+				selected[t.Name] = true
+			}
+		}
+	} else {
+		list, _ := c.targets.Targets(key.Namespace).List(labels.Everything())
+		for _, t := range list {
+			if spec.selects(t.Name, t.Labels) {
+				selected[t.Name] = true
+			}
+		}
+	}
+	m := c.itemsOf(key, selected)
+	out := make([]*sink.Item, 0, len(m))
+	for _, it := range m {
+		out = append(out, it)
+	}
+	return out
+}
+
+func sinkInventory(key invKey, meta *metav1.ObjectMeta) sink.Inventory {
+	return sink.Inventory{Kind: key.kind(), Namespace: key.Namespace, Name: key.Name, UID: string(meta.UID)}
+}
+
+// statusEntry starts an apply configuration of one exporter's entry.
+func statusEntry(k exporterKey) *applyv1alpha1.SinkExportStatusApplyConfiguration {
+	return applyv1alpha1.SinkExportStatus().WithFamily(k.family).WithName(k.name).WithNamespace(k.namespace)
+}
+
+// entryManager is the field manager of one exporter's status entry.
+func entryManager(k exporterKey) string {
+	return "kollect-export-" + strings.ToLower(string(k.family)) + "-" + k.namespace + "-" + k.name
+}
+
+func (c *Controller) applyEntry(ctx context.Context, k exporterKey, entry *applyv1alpha1.SinkExportStatusApplyConfiguration) error {
+	opts := metav1.ApplyOptions{FieldManager: truncate(entryManager(k), 128), Force: true}
+	api := c.kollect.KollectV1alpha1()
+	status := applyv1alpha1.InventoryStatus().WithSinkExports(entry)
+	if k.inv.Cluster {
+		_, err := api.ClusterInventories().ApplyStatus(ctx, applyv1alpha1.ClusterInventory(k.inv.Name).WithStatus(status), opts)
+		return err
+	}
+	_, err := api.Inventories(k.inv.Namespace).ApplyStatus(ctx, applyv1alpha1.Inventory(k.inv.Name, k.inv.Namespace).WithStatus(status), opts)
+	return err
+}
+
+// resolved is an exporter's configuration for one run, read from the caches.
+type resolved struct {
+	inventory     sink.Inventory
+	inventoryGone bool
+	generation    int64
+	entry         *v1alpha1.SinkExportStatus
+	sinkFound     bool
+	sinkObj       metav1.Object
+	sinkType      string
+	interval      time.Duration
+}
+
+// resolveFailure is a reference that does not resolve; reported as the entry's reason.
+type resolveFailure struct{ reason, message string }
+
+func (r *resolveFailure) Error() string { return r.reason + ": " + r.message }
+
+func (c *Controller) resolve(k exporterKey) (*resolved, error) {
+	obj, err := c.getInventory(k.inv)
+	if err != nil {
+		return nil, err
+	}
+	if obj == nil {
+		return nil, errors.New("inventory gone")
+	}
+	spec, err := specOf(obj)
+	if err != nil {
+		return nil, err
+	}
+	out := &resolved{inventory: sinkInventory(k.inv, spec.meta), generation: spec.generation, sinkType: "unknown"}
+	for i := range spec.status.SinkExports {
+		e := &spec.status.SinkExports[i]
+		if e.Family == k.family && e.Name == k.name && (e.Namespace == "" || e.Namespace == k.namespace) {
+			out.entry = e
+		}
+	}
+	var ref *resolvedRef
+	for i := range spec.refs {
+		r := &spec.refs[i]
+		if r.family == k.family && r.namespace == k.namespace && r.name == k.name {
+			ref = r
+		}
+	}
+	if ref == nil {
+		return nil, errors.New("reference removed")
+	}
+	sinkObj, err := c.sinkObject(k)
+	if apierrors.IsNotFound(err) {
+		return out, &resolveFailure{reason: v1alpha1.ReasonSinkNotFound,
+			message: fmt.Sprintf("%sSink %s/%s does not exist", k.family, k.namespace, k.name)}
+	}
+	if err != nil {
+		return nil, err
+	}
+	out.sinkFound, out.sinkObj, out.sinkType = true, sinkObj, sinkType(sinkObj)
+	floor := c.floor(k.inv)
+	out.interval = EffectiveInterval(ref.interval, sinkInterval(sinkObj), spec.interval, floor)
+	return out, nil
+}
+
+// floor is the highest minExportInterval of the Scopes of the inventory's
+// namespace (ClusterScopes for a ClusterInventory): with several scopes,
+// the strictest applies.
+func (c *Controller) floor(k invKey) time.Duration {
+	var floor time.Duration
+	if k.Cluster {
+		list, _ := c.clusterScopes.List(labels.Everything())
+		for _, s := range list {
+			if s.Spec.MinExportInterval != nil {
+				floor = max(floor, s.Spec.MinExportInterval.Duration)
+			}
+		}
+		return floor
+	}
+	list, _ := c.scopes.Scopes(k.Namespace).List(labels.Everything())
+	for _, s := range list {
+		if s.Spec.MinExportInterval != nil {
+			floor = max(floor, s.Spec.MinExportInterval.Duration)
+		}
+	}
+	return floor
+}
+
+// sinkObject reads the referenced sink from the cache.
+func (c *Controller) sinkObject(k exporterKey) (metav1.Object, error) {
+	switch k.family {
+	case v1alpha1.SinkFamilySnapshot:
+		return c.snapshotSinks.SnapshotSinks(k.namespace).Get(k.name)
+	case v1alpha1.SinkFamilyDatabase:
+		return c.databaseSinks.DatabaseSinks(k.namespace).Get(k.name)
+	default:
+		return c.eventSinks.EventSinks(k.namespace).Get(k.name)
+	}
+}
+
+func sinkType(obj metav1.Object) string {
+	switch o := obj.(type) {
+	case *v1alpha1.SnapshotSink:
+		return string(o.Spec.Type)
+	case *v1alpha1.DatabaseSink:
+		return string(o.Spec.Type)
+	case *v1alpha1.EventSink:
+		return string(o.Spec.Type)
+	}
+	return "unknown"
+}
+
+func sinkInterval(obj metav1.Object) *time.Duration {
+	switch o := obj.(type) {
+	case *v1alpha1.SnapshotSink:
+		return durationPtr(o.Spec.ExportMinInterval)
+	case *v1alpha1.DatabaseSink:
+		return durationPtr(o.Spec.ExportMinInterval)
+	case *v1alpha1.EventSink:
+		return durationPtr(o.Spec.ExportMinInterval)
+	}
+	return nil
+}
+
+func policy(obj metav1.Object) v1alpha1.DeletionPolicy {
+	switch o := obj.(type) {
+	case *v1alpha1.SnapshotSink:
+		return o.Spec.DeletionPolicy
+	case *v1alpha1.DatabaseSink:
+		return o.Spec.DeletionPolicy
+	case *v1alpha1.EventSink:
+		return o.Spec.DeletionPolicy
+	}
+	return v1alpha1.DeletionPolicyRetain
+}
+
+func secretRef(obj metav1.Object) *v1alpha1.LocalObjectReference {
+	switch o := obj.(type) {
+	case *v1alpha1.SnapshotSink:
+		return o.Spec.SecretRef
+	case *v1alpha1.DatabaseSink:
+		return o.Spec.SecretRef
+	case *v1alpha1.EventSink:
+		return o.Spec.SecretRef
+	}
+	return nil
+}
+
+// readSecret reads a sink's Secret from the host cluster. Its data never
+// leaves the sink client.
+func (c *Controller) readSecret(ctx context.Context, obj metav1.Object) (sink.Secret, string, error) {
+	ref := secretRef(obj)
+	if ref == nil {
+		return nil, "", nil
+	}
+	s, err := c.kube.CoreV1().Secrets(obj.GetNamespace()).Get(ctx, ref.Name, metav1.GetOptions{})
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, "", fmt.Errorf("Secret %s/%s does not exist: %w", obj.GetNamespace(), ref.Name, sink.ErrPermanent)
+		}
+		return nil, "", fmt.Errorf("reading Secret %s/%s: %w", obj.GetNamespace(), ref.Name, err)
+	}
+	return sink.Secret(s.Data), s.ResourceVersion, nil
+}
