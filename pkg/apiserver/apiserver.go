@@ -12,6 +12,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	restclient "k8s.io/client-go/rest"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/install"
@@ -29,6 +30,7 @@ import (
 	"kollect.dev/kollect/pkg/registry/kollect/scope"
 	"kollect.dev/kollect/pkg/registry/kollect/snapshotsink"
 	"kollect.dev/kollect/pkg/registry/kollect/target"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 var (
@@ -48,7 +50,13 @@ func init() {
 
 // ExtraConfig is what Kollect adds to the generic server configuration.
 type ExtraConfig struct {
-	// Registry configures the strategies.
+	// Registry configures the strategies. Registry.Tenancy.Authorizer is
+	// the authorizer of the `use` and `list` checks: the command passes the
+	// server's delegated authorizer. Registry.Tenancy.RESTMapper defaults
+	// to the host cluster's discovery. Without an authorizer the `use` and
+	// `list` checks are skipped, without a mapper the `list` check is: only
+	// the in-process test server, which runs without authorization and
+	// without a host cluster, lacks them (its tests plug their own).
 	Registry common.Options
 }
 
@@ -62,11 +70,13 @@ type Config struct {
 type CompletedConfig struct {
 	generic genericapiserver.CompletedConfig
 	extra   *ExtraConfig
+	// host reaches the host cluster (nil without one).
+	host *restclient.Config
 }
 
 // Complete fills in defaults.
 func (c *Config) Complete() CompletedConfig {
-	return CompletedConfig{generic: c.GenericConfig.Complete(), extra: &c.ExtraConfig}
+	return CompletedConfig{generic: c.GenericConfig.Complete(), extra: &c.ExtraConfig, host: c.GenericConfig.ClientConfig}
 }
 
 // Server is a running kollect-apiserver.
@@ -85,7 +95,13 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	s := &Server{GenericAPIServer: generic}
-	storage, err := s.buildStorage(c.generic.RESTOptionsGetter, c.extra.Registry)
+	opts := c.extra.Registry
+	if opts.Tenancy.RESTMapper == nil && c.host != nil {
+		if opts.Tenancy.RESTMapper, err = tenancy.NewHostRESTMapper(c.host); err != nil {
+			return nil, fmt.Errorf("host cluster discovery: %w", err)
+		}
+	}
+	storage, err := s.buildStorage(c.generic.RESTOptionsGetter, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -119,6 +135,11 @@ type withStatus func(*runtime.Scheme, generic.RESTOptionsGetter, common.Options)
 
 func (s *Server) buildStorage(getter generic.RESTOptionsGetter, opts common.Options) (map[string]rest.Storage, error) {
 	storage := map[string]rest.Storage{}
+	// The tenancy checks read Scopes, ClusterScopes and Profiles through
+	// their storage, in process; the kinds they check are built with them.
+	checker := tenancy.New(opts.Tenancy)
+	opts.Checker = checker
+
 	for resource, newREST := range map[string]withStatus{
 		"profiles":           profile.NewREST,
 		"targets":            target.NewREST,
@@ -147,6 +168,11 @@ func (s *Server) buildStorage(getter generic.RESTOptionsGetter, opts common.Opti
 		return nil, err
 	}
 	storage["clusterscopes"] = clusterScopes
+	checker.SetLookups(tenancy.Lookups{
+		Scopes:        scopes,
+		ClusterScopes: clusterScopes,
+		Profiles:      storage["profiles"].(rest.Getter),
+	})
 
 	items, itemWriter, err := inventoryitem.NewREST(Scheme, getter, opts)
 	if err != nil {

@@ -49,6 +49,31 @@ type NamespacedObjectReference struct {
 	Name string `json:"name"`
 }
 
+// RequesterInfo is the user whose request last created an object or changed
+// what it references, as the server authenticated that request. The server
+// records it; clients cannot set it (a status.requester in a request is
+// ignored). Controllers re-check the object's references with this identity.
+type RequesterInfo struct {
+	// username is the name of the user, for example "jane" or
+	// "system:serviceaccount:team-a:deployer".
+	// +required
+	Username string `json:"username"`
+	// uid is the user's unique identifier, when the authenticator provides one.
+	// +optional
+	UID string `json:"uid,omitempty"`
+	// groups the user belonged to at the time of the request.
+	// +optional
+	// +listType=atomic
+	Groups []string `json:"groups,omitempty"`
+	// extra holds additional information the authenticator provided, such as
+	// the scopes of a token; authorization checks replay it.
+	// +optional
+	Extra map[string]ExtraValue `json:"extra,omitempty"`
+}
+
+// ExtraValue is one entry of RequesterInfo.extra: a list of strings.
+type ExtraValue []string
+
 // SinkReference points an inventory at one sink of a family and may override
 // how often an unchanged payload is re-exported to it.
 type SinkReference struct {

@@ -147,6 +147,11 @@ type InventoryStatus struct {
 	// sinksSynced counts the referenced sinks that hold the current payload, as "N/M".
 	// +optional
 	SinksSynced string `json:"sinksSynced,omitempty"`
+	// requester is the user whose request created the inventory or last
+	// changed its sink references. The server records it on those writes and
+	// keeps it otherwise; it cannot be set by clients.
+	// +optional
+	Requester *RequesterInfo `json:"requester,omitempty"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

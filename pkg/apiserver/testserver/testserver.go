@@ -2,7 +2,9 @@
 // embedded etcd, for registry tests and benchmarks. Authentication,
 // authorization, admission and priority-and-fairness need a host cluster,
 // so they are off here — and only here; the end-to-end suite runs the real
-// binary behind kube-apiserver with all of them on.
+// binary behind kube-apiserver with all of them on. Tests of the registry's
+// own authorization checks (`use`, `list`) plug users, an authorizer and a
+// RESTMapper through Options.
 package testserver
 
 import (
@@ -12,7 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	"k8s.io/client-go/rest"
 
 	"kollect.dev/kollect/pkg/apiserver"
@@ -37,6 +45,26 @@ type Server struct {
 type Options struct {
 	// AllowPrivateSinkEndpoints mirrors --allow-private-sink-endpoints.
 	AllowPrivateSinkEndpoints bool
+	// TenantMode mirrors --tenant-mode.
+	TenantMode bool
+	// Users, when set, turns authentication on: a request with the bearer
+	// token T is the user Users[T] (see Server.ConfigFor), the loopback
+	// client stays system:apiserver in system:masters, and other tokens are
+	// refused. Every authenticated request passes the HTTP authorization
+	// filter, so what the registry checks itself is what a test observes.
+	Users map[string]user.Info
+	// Authorizer, when set, answers the registry's `use` and `list` checks
+	// (a real server asks its delegated authorizer). Without one the test
+	// server, which runs without authorization, skips those checks.
+	Authorizer authorizer.Authorizer
+	// RESTMapper, when set, maps the kinds Profiles collect to resources for
+	// the `list` check; there is no host cluster to discover them from, and
+	// without one that check is skipped.
+	RESTMapper meta.RESTMapper
+	// EtcdEndpoint, when set, is the etcd of another test server to share
+	// (two servers configured differently over the same objects); this
+	// server then neither starts nor stops an etcd of its own.
+	EtcdEndpoint string
 }
 
 // Start runs etcd and the server in a temporary directory; both stop when
@@ -46,22 +74,27 @@ func Start(tb testing.TB, opts Options) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	dir := tb.TempDir()
 
-	etcd, err := embeddedetcd.Start(ctx, dir)
-	if err != nil {
-		cancel()
-		tb.Fatalf("embedded etcd: %v", err)
+	endpoint, stopEtcd := opts.EtcdEndpoint, func() {}
+	if endpoint == "" {
+		etcd, err := embeddedetcd.Start(ctx, dir)
+		if err != nil {
+			cancel()
+			tb.Fatalf("embedded etcd: %v", err)
+		}
+		endpoint, stopEtcd = etcd.Endpoint, etcd.Stop
 	}
 
 	o := server.NewOptions()
 	o.AllowPrivateSinkEndpoints = opts.AllowPrivateSinkEndpoints
+	o.TenantMode = opts.TenantMode
 	rec := o.Recommended
-	rec.Etcd.StorageConfig.Transport.ServerList = []string{etcd.Endpoint}
+	rec.Etcd.StorageConfig.Transport.ServerList = []string{endpoint}
 	rec.Authentication, rec.Authorization, rec.CoreAPI, rec.Admission = nil, nil, nil, nil
 	rec.Features.EnablePriorityAndFairness = false
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		cancel()
-		etcd.Stop()
+		stopEtcd()
 		tb.Fatalf("listen: %v", err)
 	}
 	rec.SecureServing.Listener = ln
@@ -71,13 +104,29 @@ func Start(tb testing.TB, opts Options) *Server {
 	cfg, err := o.Config()
 	if err != nil {
 		cancel()
-		etcd.Stop()
+		stopEtcd()
 		tb.Fatalf("server config: %v", err)
 	}
+	if len(opts.Users) > 0 {
+		users := opts.Users
+		cfg.GenericConfig.Authentication.Authenticator = bearertoken.New(authenticator.TokenFunc(
+			func(_ context.Context, token string) (*authenticator.Response, bool, error) {
+				u, ok := users[token]
+				if !ok {
+					return nil, false, nil
+				}
+				return &authenticator.Response{User: u}, true, nil
+			}))
+		// Completing the configuration adds the loopback token only when
+		// there is an authorizer too.
+		cfg.GenericConfig.Authorization.Authorizer = authorizerfactory.NewAlwaysAllowAuthorizer()
+	}
+	cfg.ExtraConfig.Registry.Tenancy.Authorizer = opts.Authorizer
+	cfg.ExtraConfig.Registry.Tenancy.RESTMapper = opts.RESTMapper
 	api, err := cfg.Complete().New()
 	if err != nil {
 		cancel()
-		etcd.Stop()
+		stopEtcd()
 		tb.Fatalf("server: %v", err)
 	}
 	done := make(chan error, 1)
@@ -89,7 +138,7 @@ func Start(tb testing.TB, opts Options) *Server {
 		case <-time.After(60 * time.Second):
 			tb.Errorf("server did not stop within 60s")
 		}
-		etcd.Stop()
+		stopEtcd()
 	})
 
 	loopback := rest.CopyConfig(cfg.GenericConfig.LoopbackClientConfig)
@@ -110,5 +159,17 @@ func Start(tb testing.TB, opts Options) *Server {
 	if err != nil {
 		tb.Fatalf("server not ready: %v", err)
 	}
-	return &Server{Config: loopback, Client: client, API: api, EtcdEndpoint: etcd.Endpoint}
+	return &Server{Config: loopback, Client: client, API: api, EtcdEndpoint: endpoint}
+}
+
+// ConfigFor reaches the server as the user of a token of Options.Users.
+func (s *Server) ConfigFor(token string) *rest.Config {
+	cfg := rest.CopyConfig(s.Config)
+	cfg.BearerToken = token
+	return cfg
+}
+
+// ClientFor is a typed client acting as the user of a token of Options.Users.
+func (s *Server) ClientFor(token string) versioned.Interface {
+	return versioned.NewForConfigOrDie(s.ConfigFor(token))
 }

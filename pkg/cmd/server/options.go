@@ -29,6 +29,7 @@ import (
 	"kollect.dev/kollect/pkg/embeddedetcd"
 	generatedopenapi "kollect.dev/kollect/pkg/generated/openapi"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 // DefaultEtcdPrefix is where objects live in etcd.
@@ -42,6 +43,8 @@ type Options struct {
 	DataDir string
 	// AllowPrivateSinkEndpoints lets sinks point at private addresses.
 	AllowPrivateSinkEndpoints bool
+	// TenantMode rejects creating and updating the cluster-scoped kinds.
+	TenantMode bool
 	// ServiceName and ServiceNamespace name the Service the APIService routes
 	// through; the self-signed serving certificate is valid for it.
 	ServiceName, ServiceNamespace string
@@ -78,6 +81,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory of local state: the embedded etcd's data (used when --etcd-servers is empty) and the exporters' git clones (export/).")
 	fs.BoolVar(&o.AllowPrivateSinkEndpoints, "allow-private-sink-endpoints", o.AllowPrivateSinkEndpoints,
 		"Allow sink endpoints on private, loopback, link-local and metadata addresses. Off by default so tenants cannot reach internal services through a sink.")
+	fs.BoolVar(&o.TenantMode, "tenant-mode", o.TenantMode,
+		"Reject creating and updating ClusterTargets, ClusterInventories and ClusterScopes (deleting them stays allowed), for installs where namespaces are the only unit of tenancy.")
 	fs.StringVar(&o.ServiceName, "service-name", o.ServiceName, "Name of the Service in front of this server; the self-signed serving certificate is valid for it.")
 	fs.StringVar(&o.ServiceNamespace, "service-namespace", o.ServiceNamespace, "Namespace of that Service.")
 	o.Controllers.AddFlags(fs)
@@ -130,10 +135,18 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	if err := o.Recommended.ApplyTo(cfg); err != nil {
 		return nil, err
 	}
+	checks := tenancy.Config{TenantMode: o.TenantMode}
+	if o.Recommended.Authorization != nil {
+		// The `use` and `list` checks ask the delegated authorizer, as for
+		// every request (system:masters, the loopback client included, is
+		// allowed without a SubjectAccessReview).
+		checks.Authorizer = cfg.Authorization.Authorizer
+	}
 	return &apiserver.Config{
 		GenericConfig: cfg,
 		ExtraConfig: apiserver.ExtraConfig{Registry: common.Options{
 			AllowPrivateSinkEndpoints: o.AllowPrivateSinkEndpoints,
+			Tenancy:                   checks,
 		}},
 	}, nil
 }

@@ -90,6 +90,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &kollectv1alpha1.ProfileSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ProfileStatus"):
 		return &kollectv1alpha1.ProfileStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("RequesterInfo"):
+		return &kollectv1alpha1.RequesterInfoApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ResourcePrune"):
 		return &kollectv1alpha1.ResourcePruneApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Scope"):

@@ -129,6 +129,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.ProfileList{}.OpenAPIModelName():               schema_pkg_apis_kollect_v1alpha1_ProfileList(ref),
 		v1alpha1.ProfileSpec{}.OpenAPIModelName():               schema_pkg_apis_kollect_v1alpha1_ProfileSpec(ref),
 		v1alpha1.ProfileStatus{}.OpenAPIModelName():             schema_pkg_apis_kollect_v1alpha1_ProfileStatus(ref),
+		v1alpha1.RequesterInfo{}.OpenAPIModelName():             schema_pkg_apis_kollect_v1alpha1_RequesterInfo(ref),
 		v1alpha1.ResourcePrune{}.OpenAPIModelName():             schema_pkg_apis_kollect_v1alpha1_ResourcePrune(ref),
 		v1alpha1.Scope{}.OpenAPIModelName():                     schema_pkg_apis_kollect_v1alpha1_Scope(ref),
 		v1alpha1.ScopeList{}.OpenAPIModelName():                 schema_pkg_apis_kollect_v1alpha1_ScopeList(ref),
@@ -3746,6 +3747,12 @@ func schema_pkg_apis_kollect_v1alpha1_ClusterTargetStatus(ref common.ReferenceCa
 							Ref:         ref(v1alpha1.CollectionObservation{}.OpenAPIModelName()),
 						},
 					},
+					"requester": {
+						SchemaProps: spec.SchemaProps{
+							Description: "requester is the user whose request created the object or last changed its profile or selection. The server records it on those writes and keeps it otherwise; it cannot be set by clients.",
+							Ref:         ref(v1alpha1.RequesterInfo{}.OpenAPIModelName()),
+						},
+					},
 					"matchedNamespaces": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{
@@ -3770,7 +3777,7 @@ func schema_pkg_apis_kollect_v1alpha1_ClusterTargetStatus(ref common.ReferenceCa
 			},
 		},
 		Dependencies: []string{
-			v1.Condition{}.OpenAPIModelName(), v1alpha1.CollectionObservation{}.OpenAPIModelName()},
+			v1.Condition{}.OpenAPIModelName(), v1alpha1.CollectionObservation{}.OpenAPIModelName(), v1alpha1.RequesterInfo{}.OpenAPIModelName()},
 	}
 }
 
@@ -4714,11 +4721,17 @@ func schema_pkg_apis_kollect_v1alpha1_InventoryStatus(ref common.ReferenceCallba
 							Format:      "",
 						},
 					},
+					"requester": {
+						SchemaProps: spec.SchemaProps{
+							Description: "requester is the user whose request created the inventory or last changed its sink references. The server records it on those writes and keeps it otherwise; it cannot be set by clients.",
+							Ref:         ref(v1alpha1.RequesterInfo{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName(), v1alpha1.SinkExportStatus{}.OpenAPIModelName()},
+			v1.Condition{}.OpenAPIModelName(), v1.Time{}.OpenAPIModelName(), v1alpha1.RequesterInfo{}.OpenAPIModelName(), v1alpha1.SinkExportStatus{}.OpenAPIModelName()},
 	}
 }
 
@@ -5171,6 +5184,78 @@ func schema_pkg_apis_kollect_v1alpha1_ProfileStatus(ref common.ReferenceCallback
 		},
 		Dependencies: []string{
 			v1.Condition{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_kollect_v1alpha1_RequesterInfo(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "RequesterInfo is the user whose request last created an object or changed what it references, as the server authenticated that request. The server records it; clients cannot set it (a status.requester in a request is ignored). Controllers re-check the object's references with this identity.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"username": {
+						SchemaProps: spec.SchemaProps{
+							Description: "username is the name of the user, for example \"jane\" or \"system:serviceaccount:team-a:deployer\".",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"uid": {
+						SchemaProps: spec.SchemaProps{
+							Description: "uid is the user's unique identifier, when the authenticator provides one.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"groups": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "groups the user belonged to at the time of the request.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: "",
+										Type:    []string{"string"},
+										Format:  "",
+									},
+								},
+							},
+						},
+					},
+					"extra": {
+						SchemaProps: spec.SchemaProps{
+							Description: "extra holds additional information the authenticator provided, such as the scopes of a token; authorization checks replay it.",
+							Type:        []string{"object"},
+							AdditionalProperties: &spec.SchemaOrBool{
+								Allows: true,
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type: []string{"array"},
+										Items: &spec.SchemaOrArray{
+											Schema: &spec.Schema{
+												SchemaProps: spec.SchemaProps{
+													Default: "",
+													Type:    []string{"string"},
+													Format:  "",
+												},
+											},
+										},
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"username"},
+			},
+		},
 	}
 }
 
@@ -6083,11 +6168,17 @@ func schema_pkg_apis_kollect_v1alpha1_TargetStatus(ref common.ReferenceCallback)
 							Ref:         ref(v1alpha1.CollectionObservation{}.OpenAPIModelName()),
 						},
 					},
+					"requester": {
+						SchemaProps: spec.SchemaProps{
+							Description: "requester is the user whose request created the object or last changed its profile or selection. The server records it on those writes and keeps it otherwise; it cannot be set by clients.",
+							Ref:         ref(v1alpha1.RequesterInfo{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1.Condition{}.OpenAPIModelName(), v1alpha1.CollectionObservation{}.OpenAPIModelName()},
+			v1.Condition{}.OpenAPIModelName(), v1alpha1.CollectionObservation{}.OpenAPIModelName(), v1alpha1.RequesterInfo{}.OpenAPIModelName()},
 	}
 }
 

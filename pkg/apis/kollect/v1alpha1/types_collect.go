@@ -232,6 +232,11 @@ type TargetStatus struct {
 	// collection is what the collector last reported.
 	// +optional
 	Collection *CollectionObservation `json:"collection,omitempty"`
+	// requester is the user whose request created the object or last changed
+	// its profile or selection. The server records it on those writes and
+	// keeps it otherwise; it cannot be set by clients.
+	// +optional
+	Requester *RequesterInfo `json:"requester,omitempty"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -311,6 +316,11 @@ type ClusterTargetStatus struct {
 	// collection is what the collector last reported.
 	// +optional
 	Collection *CollectionObservation `json:"collection,omitempty"`
+	// requester is the user whose request created the object or last changed
+	// its profile or selection. The server records it on those writes and
+	// keeps it otherwise; it cannot be set by clients.
+	// +optional
+	Requester *RequesterInfo `json:"requester,omitempty"`
 	// matchedNamespaces are the namespaces currently collected from, sorted.
 	// +optional
 	// +listType=set

@@ -227,6 +227,11 @@ func (in ProfileStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in RequesterInfo) OpenAPIModelName() string {
+	return "dev.kollect.v1alpha1.RequesterInfo"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ResourcePrune) OpenAPIModelName() string {
 	return "dev.kollect.v1alpha1.ResourcePrune"
 }

@@ -16,6 +16,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 		New:      func() runtime.Object { return &kollect.ClusterInventory{} },
 		NewList:  func() runtime.Object { return &kollect.ClusterInventoryList{} },
 		Strategy: main, Fields: selectableFields, Table: table,
+		Admission: opts.Checker.ClusterInventories(),
 	}
 	store, err := common.NewStore(k, optsGetter)
 	if err != nil {

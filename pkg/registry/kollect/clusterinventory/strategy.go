@@ -13,6 +13,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect/validation"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
 	"kollect.dev/kollect/pkg/registry/kollect/derive"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 // kind describes ClusterInventorys to the shared strategies.
@@ -26,8 +27,10 @@ var kind = common.SpecStatus[*kollect.ClusterInventory, kollect.ClusterInventory
 	ValidateStatus: func(o *kollect.ClusterInventory) field.ErrorList {
 		return validation.ValidateInventoryStatus(&o.Status, field.NewPath("status"))
 	},
-	Validate:       validation.ValidateClusterInventory,
-	ValidateUpdate: validation.ValidateClusterInventoryUpdate,
+	Validate:          validation.ValidateClusterInventory,
+	ValidateUpdate:    validation.ValidateClusterInventoryUpdate,
+	Requester:         func(o *kollect.ClusterInventory) **kollect.RequesterInfo { return &o.Status.Requester },
+	ReferencesChanged: tenancy.ClusterInventoryReferencesChanged,
 }
 
 func selectableFields(obj runtime.Object) fields.Set {

@@ -16,6 +16,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 		New:      func() runtime.Object { return &kollect.ClusterTarget{} },
 		NewList:  func() runtime.Object { return &kollect.ClusterTargetList{} },
 		Strategy: main, Fields: selectableFields, Table: table,
+		Admission: opts.Checker.ClusterTargets(),
 	}
 	store, err := common.NewStore(k, optsGetter)
 	if err != nil {

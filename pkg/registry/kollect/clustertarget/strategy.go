@@ -12,6 +12,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect/validation"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
 	"kollect.dev/kollect/pkg/registry/kollect/derive"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 // kind describes ClusterTargets to the shared strategies.
@@ -26,8 +27,10 @@ var kind = common.SpecStatus[*kollect.ClusterTarget, kollect.ClusterTargetSpec, 
 	ValidateStatus: func(o *kollect.ClusterTarget) field.ErrorList {
 		return validation.ValidateClusterTargetStatus(&o.Status, field.NewPath("status"))
 	},
-	Validate:       validation.ValidateClusterTarget,
-	ValidateUpdate: validation.ValidateClusterTargetUpdate,
+	Validate:          validation.ValidateClusterTarget,
+	ValidateUpdate:    validation.ValidateClusterTargetUpdate,
+	Requester:         func(o *kollect.ClusterTarget) **kollect.RequesterInfo { return &o.Status.Requester },
+	ReferencesChanged: tenancy.ClusterTargetReferencesChanged,
 }
 
 func selectableFields(obj runtime.Object) fields.Set {

@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"kollect.dev/kollect/pkg/apis/kollect"
 )
 
 // SpecStatus tells the shared strategies how to reach into the objects of a
@@ -26,6 +28,14 @@ type SpecStatus[T runtime.Object, Spec, Status any] struct {
 	Validate       func(obj T) field.ErrorList
 	ValidateUpdate func(obj, old T) field.ErrorList
 	ValidateStatus func(obj T) field.ErrorList
+	// Requester, when set, points at the object's status.requester. The
+	// main strategy records the requesting user there on create and on the
+	// updates ReferencesChanged reports (exactly the writes whose references
+	// are checked against that user) and keeps the stored value on every
+	// other write; the status strategy always keeps the stored value. What a
+	// client sends there is never used.
+	Requester         func(T) **kollect.RequesterInfo
+	ReferencesChanged func(obj, old T) bool
 }
 
 // Strategies returns the main and status strategies of a kind.
@@ -40,8 +50,8 @@ type mainStrategy[T runtime.Object, P, S any] struct {
 }
 
 // PrepareForCreate starts at generation 1 with no reported status; derived
-// status starts from there.
-func (s mainStrategy[T, P, S]) PrepareForCreate(_ context.Context, obj runtime.Object) {
+// status starts from there, and the requester is the user who asks.
+func (s mainStrategy[T, P, S]) PrepareForCreate(ctx context.Context, obj runtime.Object) {
 	o := obj.(T)
 	var none S
 	*s.kind.Status(o) = none
@@ -49,16 +59,27 @@ func (s mainStrategy[T, P, S]) PrepareForCreate(_ context.Context, obj runtime.O
 	if s.kind.Derive != nil {
 		s.kind.Derive(o, s.Now())
 	}
+	if s.kind.Requester != nil {
+		*s.kind.Requester(o) = RequesterFrom(ctx)
+	}
 }
 
 // PrepareForUpdate keeps status, moves the generation when spec changed,
-// and then re-derives status for the new generation.
-func (s mainStrategy[T, P, S]) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
+// and then re-derives status for the new generation. The requester becomes
+// the user who asks when the references change, and stays otherwise.
+func (s mainStrategy[T, P, S]) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
 	o, prev := obj.(T), old.(T)
 	*s.kind.Status(o) = *s.kind.Status(prev)
 	BumpGeneration(s.kind.Meta(o), s.kind.Meta(prev), *s.kind.Spec(o), *s.kind.Spec(prev))
 	if s.kind.Derive != nil && s.kind.Meta(o).Generation != s.kind.Meta(prev).Generation {
 		s.kind.Derive(o, s.Now())
+	}
+	if s.kind.Requester != nil {
+		if s.kind.ReferencesChanged != nil && s.kind.ReferencesChanged(o, prev) {
+			*s.kind.Requester(o) = RequesterFrom(ctx)
+		} else {
+			*s.kind.Requester(o) = (*s.kind.Requester(prev)).DeepCopy()
+		}
 	}
 }
 
@@ -85,12 +106,21 @@ func (s statusStrategy[T, P, S]) PrepareForUpdate(_ context.Context, obj, old ru
 	if s.kind.Derive != nil {
 		s.kind.Derive(o, s.Now())
 	}
+	// The requester is recorded by the server, never reported.
+	if s.kind.Requester != nil {
+		*s.kind.Requester(o) = (*s.kind.Requester(prev)).DeepCopy()
+	}
 }
 
 func (s statusStrategy[T, P, S]) ValidateUpdate(_ context.Context, obj, _ runtime.Object) field.ErrorList {
 	return s.kind.ValidateStatus(obj.(T))
 }
 
-func (statusStrategy[T, P, S]) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+// GetResetFields: spec and metadata, and status.requester, which the
+// server records, so that an apply to /status claims no ownership of it.
+func (s statusStrategy[T, P, S]) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	if s.kind.Requester != nil {
+		return resetFields(fieldpath.MakePathOrDie("spec"), fieldpath.MakePathOrDie("metadata"), fieldpath.MakePathOrDie("status", "requester"))
+	}
 	return ResetSpecAndMetadata()
 }

@@ -34,6 +34,21 @@ type Kind struct {
 	Fields func(obj runtime.Object) fields.Set
 	// Table renders kubectl get output.
 	Table rest.TableConvertor
+	// Admission, when set, checks creates and updates of the main resource
+	// against more than the object (tenancy.Checker).
+	Admission Admission
+}
+
+// Admission checks a write against state outside the object: who is asking,
+// the tenancy limits, how the server runs. It runs after the strategy has
+// prepared and validated the object, in the slot of validating admission
+// (rest.ValidateObjectFunc), inside the storage update for updates, so a
+// rejected request never reaches etcd and an update is checked against the
+// object it really replaces. Its errors are returned as they are (403 for
+// authorization, 422 for limits).
+type Admission interface {
+	AdmitCreate(ctx context.Context, obj runtime.Object) error
+	AdmitUpdate(ctx context.Context, obj, old runtime.Object) error
 }
 
 // NewStore builds the generic etcd-backed store of a kind.
@@ -76,15 +91,57 @@ func objectMeta(o metav1.Object) *metav1.ObjectMeta {
 }
 
 // REST is the storage of a kind's main resource: the generic store plus
-// the discovery details kubectl uses.
+// the discovery details kubectl uses and the kind's admission checks.
 type REST struct {
 	*genericregistry.Store
 	shortNames []string
+	admission  Admission
 }
 
-// NewREST wraps a store with its short names.
+// NewREST wraps a store with its short names and admission checks.
 func NewREST(store *genericregistry.Store, k Kind) *REST {
-	return &REST{Store: store, shortNames: k.ShortNames}
+	return &REST{Store: store, shortNames: k.ShortNames, admission: k.Admission}
+}
+
+// Create stores a new object once the kind's admission allows it.
+func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	return r.Store.Create(ctx, obj, r.admitCreate(createValidation), options)
+}
+
+// Update replaces an object (or creates it, for server-side apply) once the
+// kind's admission allows it. Patches and applies come through here too.
+func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	return r.Store.Update(ctx, name, objInfo, r.admitCreate(createValidation), r.admitUpdate(updateValidation), forceAllowCreate, options)
+}
+
+// admitCreate runs the request's own validating admission, then the kind's.
+func (r *REST) admitCreate(next rest.ValidateObjectFunc) rest.ValidateObjectFunc {
+	if r.admission == nil {
+		return next
+	}
+	return func(ctx context.Context, obj runtime.Object) error {
+		if next != nil {
+			if err := next(ctx, obj); err != nil {
+				return err
+			}
+		}
+		return r.admission.AdmitCreate(ctx, obj)
+	}
+}
+
+// admitUpdate runs the request's own validating admission, then the kind's.
+func (r *REST) admitUpdate(next rest.ValidateObjectUpdateFunc) rest.ValidateObjectUpdateFunc {
+	if r.admission == nil {
+		return next
+	}
+	return func(ctx context.Context, obj, old runtime.Object) error {
+		if next != nil {
+			if err := next(ctx, obj, old); err != nil {
+				return err
+			}
+		}
+		return r.admission.AdmitUpdate(ctx, obj, old)
+	}
 }
 
 // ShortNames implements rest.ShortNamesProvider.

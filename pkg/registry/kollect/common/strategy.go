@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 // Base implements the parts of rest.RESTCreateUpdateStrategy that are the
@@ -102,4 +103,12 @@ type Options struct {
 	// AllowPrivateSinkEndpoints lets sinks point at private, loopback and
 	// link-local addresses (--allow-private-sink-endpoints).
 	AllowPrivateSinkEndpoints bool
+	// Tenancy configures the admission checks that depend on who asks and
+	// on the tenancy limits: the authorizer of the `use` and `list` checks,
+	// the host cluster's RESTMapper, --tenant-mode.
+	Tenancy tenancy.Config
+	// Checker runs those checks. The server builds it from Tenancy and its
+	// own Scope, ClusterScope and Profile storage before it builds the kinds
+	// that need it; nil runs no checks.
+	Checker *tenancy.Checker
 }

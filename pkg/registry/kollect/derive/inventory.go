@@ -93,6 +93,8 @@ func InventoryStatus(generation int64, suspended bool, refs []SinkRef, in kollec
 		ObservedGeneration: generation,
 		Conditions:         cloneConditions(in.Conditions),
 		ItemCount:          in.ItemCount,
+		// Recorded by the strategies, not derived: passed through.
+		Requester: in.Requester.DeepCopy(),
 	}
 
 	var synced, failed []SinkRef

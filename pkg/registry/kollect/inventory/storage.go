@@ -16,6 +16,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 		New:      func() runtime.Object { return &kollect.Inventory{} },
 		NewList:  func() runtime.Object { return &kollect.InventoryList{} },
 		Strategy: main, Fields: selectableFields, Table: table,
+		Admission: opts.Checker.Inventories(),
 	}
 	store, err := common.NewStore(k, optsGetter)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect/validation"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
 	"kollect.dev/kollect/pkg/registry/kollect/derive"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 // kind describes Inventorys to the shared strategies.
@@ -26,8 +27,10 @@ var kind = common.SpecStatus[*kollect.Inventory, kollect.InventorySpec, kollect.
 	ValidateStatus: func(o *kollect.Inventory) field.ErrorList {
 		return validation.ValidateInventoryStatus(&o.Status, field.NewPath("status"))
 	},
-	Validate:       validation.ValidateInventory,
-	ValidateUpdate: validation.ValidateInventoryUpdate,
+	Validate:          validation.ValidateInventory,
+	ValidateUpdate:    validation.ValidateInventoryUpdate,
+	Requester:         func(o *kollect.Inventory) **kollect.RequesterInfo { return &o.Status.Requester },
+	ReferencesChanged: tenancy.InventoryReferencesChanged,
 }
 
 func selectableFields(obj runtime.Object) fields.Set {

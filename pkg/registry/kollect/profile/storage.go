@@ -16,6 +16,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 		New:      func() runtime.Object { return &kollect.Profile{} },
 		NewList:  func() runtime.Object { return &kollect.ProfileList{} },
 		Strategy: main, Fields: selectableFields, Table: table,
+		Admission: opts.Checker.Profiles(),
 	}
 	store, err := common.NewStore(k, optsGetter)
 	if err != nil {

@@ -16,6 +16,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 		New:      func() runtime.Object { return &kollect.Target{} },
 		NewList:  func() runtime.Object { return &kollect.TargetList{} },
 		Strategy: main, Fields: selectableFields, Table: table,
+		Admission: opts.Checker.Targets(),
 	}
 	store, err := common.NewStore(k, optsGetter)
 	if err != nil {

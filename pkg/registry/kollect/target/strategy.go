@@ -12,6 +12,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect/validation"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
 	"kollect.dev/kollect/pkg/registry/kollect/derive"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 // kind describes Targets to the shared strategies.
@@ -26,8 +27,10 @@ var kind = common.SpecStatus[*kollect.Target, kollect.TargetSpec, kollect.Target
 	ValidateStatus: func(o *kollect.Target) field.ErrorList {
 		return validation.ValidateTargetStatus(&o.Status, field.NewPath("status"))
 	},
-	Validate:       validation.ValidateTarget,
-	ValidateUpdate: validation.ValidateTargetUpdate,
+	Validate:          validation.ValidateTarget,
+	ValidateUpdate:    validation.ValidateTargetUpdate,
+	Requester:         func(o *kollect.Target) **kollect.RequesterInfo { return &o.Status.Requester },
+	ReferencesChanged: tenancy.TargetReferencesChanged,
 }
 
 func selectableFields(obj runtime.Object) fields.Set {

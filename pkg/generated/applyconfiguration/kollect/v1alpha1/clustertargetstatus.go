@@ -33,6 +33,10 @@ type ClusterTargetStatusApplyConfiguration struct {
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// collection is what the collector last reported.
 	Collection *CollectionObservationApplyConfiguration `json:"collection,omitempty"`
+	// requester is the user whose request created the object or last changed
+	// its profile or selection. The server records it on those writes and
+	// keeps it otherwise; it cannot be set by clients.
+	Requester *RequesterInfoApplyConfiguration `json:"requester,omitempty"`
 	// matchedNamespaces are the namespaces currently collected from, sorted.
 	MatchedNamespaces []string `json:"matchedNamespaces,omitempty"`
 }
@@ -69,6 +73,14 @@ func (b *ClusterTargetStatusApplyConfiguration) WithConditions(values ...*v1.Con
 // If called multiple times, the Collection field is set to the value of the last call.
 func (b *ClusterTargetStatusApplyConfiguration) WithCollection(value *CollectionObservationApplyConfiguration) *ClusterTargetStatusApplyConfiguration {
 	b.Collection = value
+	return b
+}
+
+// WithRequester sets the Requester field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Requester field is set to the value of the last call.
+func (b *ClusterTargetStatusApplyConfiguration) WithRequester(value *RequesterInfoApplyConfiguration) *ClusterTargetStatusApplyConfiguration {
+	b.Requester = value
 	return b
 }
 

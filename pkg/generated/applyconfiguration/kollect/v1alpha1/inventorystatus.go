@@ -42,6 +42,10 @@ type InventoryStatusApplyConfiguration struct {
 	ItemCount *int64 `json:"itemCount,omitempty"`
 	// sinksSynced counts the referenced sinks that hold the current payload, as "N/M".
 	SinksSynced *string `json:"sinksSynced,omitempty"`
+	// requester is the user whose request created the inventory or last
+	// changed its sink references. The server records it on those writes and
+	// keeps it otherwise; it cannot be set by clients.
+	Requester *RequesterInfoApplyConfiguration `json:"requester,omitempty"`
 }
 
 // InventoryStatusApplyConfiguration constructs a declarative configuration of the InventoryStatus type for use with
@@ -105,5 +109,13 @@ func (b *InventoryStatusApplyConfiguration) WithItemCount(value int64) *Inventor
 // If called multiple times, the SinksSynced field is set to the value of the last call.
 func (b *InventoryStatusApplyConfiguration) WithSinksSynced(value string) *InventoryStatusApplyConfiguration {
 	b.SinksSynced = &value
+	return b
+}
+
+// WithRequester sets the Requester field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Requester field is set to the value of the last call.
+func (b *InventoryStatusApplyConfiguration) WithRequester(value *RequesterInfoApplyConfiguration) *InventoryStatusApplyConfiguration {
+	b.Requester = value
 	return b
 }

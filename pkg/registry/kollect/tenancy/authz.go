@@ -1,0 +1,204 @@
+package tenancy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+
+	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+)
+
+// VerbUse is the custom verb a user needs on a Profile or sink to reference it.
+const VerbUse = "use"
+
+// referenced is a kind that other objects reference, and is checked with `use`.
+type referenced struct {
+	kind, resource string
+}
+
+var (
+	profiles      = referenced{"Profile", "profiles"}
+	snapshotSinks = referenced{"SnapshotSink", "snapshotsinks"}
+	databaseSinks = referenced{"DatabaseSink", "databasesinks"}
+	eventSinks    = referenced{"EventSink", "eventsinks"}
+)
+
+// authorize asks whether the user of the request may do attrs. On a denial
+// it returns what the authorizer said, if anything.
+func (c *Checker) authorize(ctx context.Context, attrs authorizer.AttributesRecord) (bool, string) {
+	u, ok := genericapirequest.UserFrom(ctx)
+	if !ok || u == nil {
+		// With an authorizer there is always an authenticated user; a
+		// request without one is refused rather than waved through.
+		return false, "the request carries no authenticated user"
+	}
+	attrs.User = u
+	decision, reason, err := c.cfg.Authorizer.Authorize(ctx, attrs)
+	if decision == authorizer.DecisionAllow {
+		return true, ""
+	}
+	var why []string
+	if reason != "" {
+		why = append(why, reason)
+	}
+	if err != nil {
+		why = append(why, "authorization error: "+err.Error())
+	}
+	return false, strings.Join(why, "; ")
+}
+
+// userName names the requesting user in messages.
+func userName(ctx context.Context) string {
+	if u, ok := genericapirequest.UserFrom(ctx); ok && u != nil {
+		return u.GetName()
+	}
+	return "<none>"
+}
+
+// checkUse requires `use` on the referenced object namespace/name.
+func (c *Checker) checkUse(ctx context.Context, v *verdict, r referenced, namespace, name string, path *field.Path) {
+	if c.cfg.Authorizer == nil {
+		return
+	}
+	ok, why := c.authorize(ctx, authorizer.AttributesRecord{
+		Verb:            VerbUse,
+		Namespace:       namespace,
+		APIGroup:        kollect.GroupName,
+		APIVersion:      v1alpha1.SchemeGroupVersion.Version,
+		Resource:        r.resource,
+		Name:            name,
+		ResourceRequest: true,
+	})
+	if ok {
+		return
+	}
+	msg := fmt.Sprintf("%s: user %q may not use %s %q in namespace %q: referencing it needs the verb %q on %s.%s %q in namespace %q",
+		path, userName(ctx), r.kind, name, namespace, VerbUse, r.resource, kollect.GroupName, name, namespace)
+	if why != "" {
+		msg += " (" + why + ")"
+	}
+	v.denied = append(v.denied, msg)
+}
+
+// listChecks tells whether the `list` check of targets runs.
+func (c *Checker) listChecks() bool {
+	return c.cfg.Authorizer != nil && c.cfg.RESTMapper != nil
+}
+
+// checkList requires the user to be allowed to list what profile collects,
+// in namespace, or across the cluster when namespace is empty or the kind
+// is cluster-scoped. A kind the cluster does not serve (yet: a CRD not
+// installed) cannot be checked here; the request passes with a warning and
+// the collector, which finds the kind later, is where it is checked then.
+func (c *Checker) checkList(ctx context.Context, v *verdict, target string, p *kollect.Profile, namespace string, path *field.Path) error {
+	gvk := p.Spec.TargetGVK
+	mapping, err := c.cfg.RESTMapper.RESTMapping(schema.GroupKind{Group: gvk.Group, Kind: gvk.Kind}, gvk.Version)
+	if meta.IsNoMatchError(err) {
+		v.warnings = append(v.warnings, fmt.Sprintf("Profile %s/%s collects %s, which the cluster does not serve: whether you may list it could not be checked", p.Namespace, p.Name, gvkString(gvk)))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("resolving %s through the host cluster's discovery to check the list permission: %w", gvkString(gvk), err)
+	}
+	if mapping.Scope.Name() != meta.RESTScopeNameNamespace {
+		namespace = ""
+	}
+	ok, why := c.authorize(ctx, authorizer.AttributesRecord{
+		Verb:            "list",
+		Namespace:       namespace,
+		APIGroup:        mapping.Resource.Group,
+		APIVersion:      mapping.Resource.Version,
+		Resource:        mapping.Resource.Resource,
+		ResourceRequest: true,
+	})
+	if ok {
+		return nil
+	}
+	where := "across the cluster (all namespaces)"
+	if namespace != "" {
+		where = fmt.Sprintf("in namespace %q", namespace)
+	}
+	msg := fmt.Sprintf("%s: user %q may not list %s %s, which Profile %s/%s collects (%s): a %s collects only what the user creating it may list",
+		path, userName(ctx), resourceString(mapping.Resource), where, p.Namespace, p.Name, gvkString(gvk), target)
+	if why != "" {
+		msg += " (" + why + ")"
+	}
+	v.denied = append(v.denied, msg)
+	return nil
+}
+
+func gvkString(gvk kollect.GroupVersionKind) string {
+	if gvk.Group == "" {
+		return gvk.Version + " " + gvk.Kind
+	}
+	return gvk.Group + "/" + gvk.Version + " " + gvk.Kind
+}
+
+func resourceString(r schema.GroupVersionResource) string {
+	if r.Group == "" {
+		return r.Resource
+	}
+	return r.Resource + "." + r.Group
+}
+
+// mapperRefreshInterval is the least time between two discovery refreshes
+// caused by misses, so that a flood of unknown kinds cannot hammer discovery.
+const mapperRefreshInterval = 2 * time.Second
+
+// NewHostRESTMapper maps kinds to resources through the host cluster's
+// discovery, cached in memory and refreshed on a miss (at most every two
+// seconds), so a kind whose CRD was just installed resolves without a
+// restart.
+func NewHostRESTMapper(host *rest.Config) (meta.RESTMapper, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(rest.CopyConfig(host))
+	if err != nil {
+		return nil, err
+	}
+	return NewRefreshingRESTMapper(dc), nil
+}
+
+// NewRefreshingRESTMapper is NewHostRESTMapper over any discovery client.
+func NewRefreshingRESTMapper(dc discovery.DiscoveryInterface) meta.RESTMapper {
+	return &refreshingMapper{DeferredDiscoveryRESTMapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}
+}
+
+// refreshingMapper resets the discovery cache when a kind is missing.
+// DeferredDiscoveryRESTMapper alone does not: once its cache is filled it
+// answers misses from it until something resets it.
+type refreshingMapper struct {
+	*restmapper.DeferredDiscoveryRESTMapper
+	mu        sync.Mutex
+	lastReset time.Time
+}
+
+// RESTMapping resolves a kind, refreshing discovery once on a miss.
+func (m *refreshingMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*meta.RESTMapping, error) {
+	mapping, err := m.DeferredDiscoveryRESTMapper.RESTMapping(gk, versions...)
+	if err == nil || !meta.IsNoMatchError(err) {
+		return mapping, err
+	}
+	m.mu.Lock()
+	refresh := time.Since(m.lastReset) >= mapperRefreshInterval
+	if refresh {
+		m.lastReset = time.Now()
+	}
+	m.mu.Unlock()
+	if !refresh {
+		return nil, err
+	}
+	m.Reset()
+	return m.DeferredDiscoveryRESTMapper.RESTMapping(gk, versions...)
+}

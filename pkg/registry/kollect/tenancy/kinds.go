@@ -1,0 +1,343 @@
+package tenancy
+
+import (
+	"context"
+	"errors"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"kollect.dev/kollect/pkg/apis/kollect"
+)
+
+// TenantModeMessage explains a rejection in tenant mode.
+const TenantModeMessage = "the server runs with --tenant-mode: cluster-scoped Kollect kinds cannot be created or updated; delete is allowed"
+
+// Profiles: the collected kind must be allowed by the namespace's Scopes.
+// targetGVK is immutable, so only creation is checked.
+func (c *Checker) Profiles() Admission {
+	if c == nil {
+		return Admission{}
+	}
+	return Admission{Create: func(ctx context.Context, obj runtime.Object) error {
+		p := obj.(*kollect.Profile)
+		ls, err := c.scopes(ctx, p.Namespace)
+		if err != nil {
+			return err
+		}
+		v := newVerdict("profiles", "Profile", p.Name)
+		v.invalidate(ls.checkKind(p.Spec.TargetGVK, specPath.Child("targetGVK")))
+		return v.result(ctx)
+	}}
+}
+
+// Targets: `use` on the Profile, `list` on what it collects in the Target's
+// namespace, and the Scopes' allowed kinds; on create and when
+// TargetReferencesChanged.
+func (c *Checker) Targets() Admission {
+	if c == nil {
+		return Admission{}
+	}
+	admit := func(ctx context.Context, t *kollect.Target) error {
+		v := newVerdict("targets", "Target", t.Name)
+		namePath := profileRefPath.Child("name")
+		c.checkUse(ctx, v, profiles, t.Namespace, t.Spec.ProfileRef.Name, namePath)
+		ls, err := c.scopes(ctx, t.Namespace)
+		if err != nil {
+			return err
+		}
+		if c.listChecks() || ls.restrictsKinds() {
+			p, err := c.resolveProfile(ctx, v, t.Namespace, t.Spec.ProfileRef.Name, namePath)
+			if err != nil {
+				return err
+			}
+			if p != nil {
+				if c.listChecks() {
+					if err := c.checkList(ctx, v, "Target", p, t.Namespace, profileRefPath); err != nil {
+						return err
+					}
+				}
+				v.invalidate(ls.checkKind(p.Spec.TargetGVK, namePath))
+			}
+		}
+		return v.result(ctx)
+	}
+	return Admission{
+		Create: func(ctx context.Context, obj runtime.Object) error { return admit(ctx, obj.(*kollect.Target)) },
+		Update: func(ctx context.Context, obj, old runtime.Object) error {
+			t := obj.(*kollect.Target)
+			if !TargetReferencesChanged(t, old.(*kollect.Target)) {
+				return nil
+			}
+			return admit(ctx, t)
+		},
+	}
+}
+
+// ClusterTargets: tenant mode; `use` on the Profile, `list` across the
+// cluster on what it collects; the ClusterScopes' reference namespaces,
+// allowed kinds and collection namespaces. On create and when
+// ClusterTargetReferencesChanged.
+func (c *Checker) ClusterTargets() Admission {
+	if c == nil {
+		return Admission{}
+	}
+	admit := func(ctx context.Context, t *kollect.ClusterTarget) error {
+		v := newVerdict("clustertargets", "ClusterTarget", t.Name)
+		ref := t.Spec.ProfileRef
+		namePath := profileRefPath.Child("name")
+		c.checkUse(ctx, v, profiles, ref.Namespace, ref.Name, namePath)
+		ls, err := c.clusterScopes(ctx)
+		if err != nil {
+			return err
+		}
+		v.invalidate(ls.checkReferenceNamespace(ref.Namespace, profileRefPath.Child("namespace")))
+		v.invalidate(ls.checkCollectNamespaces(t.Spec.IncludeNamespaces, t.Spec.ExcludeNamespaces)...)
+		if c.listChecks() || ls.restrictsKinds() {
+			p, err := c.resolveProfile(ctx, v, ref.Namespace, ref.Name, namePath)
+			if err != nil {
+				return err
+			}
+			if p != nil {
+				if c.listChecks() {
+					if err := c.checkList(ctx, v, "ClusterTarget", p, "", profileRefPath); err != nil {
+						return err
+					}
+				}
+				v.invalidate(ls.checkKind(p.Spec.TargetGVK, namePath))
+			}
+		}
+		return v.result(ctx)
+	}
+	return Admission{
+		Create: func(ctx context.Context, obj runtime.Object) error {
+			t := obj.(*kollect.ClusterTarget)
+			if err := c.tenantMode("clustertargets", t.Name, obj, nil); err != nil {
+				return err
+			}
+			return admit(ctx, t)
+		},
+		Update: func(ctx context.Context, obj, old runtime.Object) error {
+			t := obj.(*kollect.ClusterTarget)
+			if err := c.tenantMode("clustertargets", t.Name, obj, old); err != nil {
+				return err
+			}
+			if !ClusterTargetReferencesChanged(t, old.(*kollect.ClusterTarget)) {
+				return nil
+			}
+			return admit(ctx, t)
+		},
+	}
+}
+
+// Inventories: `use` on every referenced sink (in the Inventory's
+// namespace) on create and when InventoryReferencesChanged; the Scopes'
+// floor and sink allowlists on every write, ratcheted.
+func (c *Checker) Inventories() Admission {
+	if c == nil {
+		return Admission{}
+	}
+	admit := func(ctx context.Context, inv, old *kollect.Inventory) error {
+		v := newVerdict("inventories", "Inventory", inv.Name)
+		spec := inventorySpec(inv)
+		if old == nil || InventoryReferencesChanged(inv, old) {
+			c.checkSinkUse(ctx, v, spec)
+		}
+		ls, err := c.scopes(ctx, inv.Namespace)
+		if err != nil {
+			return err
+		}
+		var before violations
+		if old != nil {
+			before = ls.exportViolations(inventorySpec(old))
+		}
+		v.invalidate(ls.exportViolations(spec).newSince(before)...)
+		return v.result(ctx)
+	}
+	return Admission{
+		Create: func(ctx context.Context, obj runtime.Object) error { return admit(ctx, obj.(*kollect.Inventory), nil) },
+		Update: func(ctx context.Context, obj, old runtime.Object) error {
+			return admit(ctx, obj.(*kollect.Inventory), old.(*kollect.Inventory))
+		},
+	}
+}
+
+// ClusterInventories: tenant mode; `use` on every referenced sink in its
+// resolved namespace on create and when ClusterInventoryReferencesChanged;
+// the ClusterScopes' floor, sink allowlists and reference namespaces on
+// every write, ratcheted.
+func (c *Checker) ClusterInventories() Admission {
+	if c == nil {
+		return Admission{}
+	}
+	admit := func(ctx context.Context, inv, old *kollect.ClusterInventory) error {
+		if err := c.tenantMode("clusterinventories", inv.Name, inv, runtimeOrNil(old)); err != nil {
+			return err
+		}
+		v := newVerdict("clusterinventories", "ClusterInventory", inv.Name)
+		spec := clusterInventorySpec(inv)
+		if old == nil || ClusterInventoryReferencesChanged(inv, old) {
+			c.checkSinkUse(ctx, v, spec)
+		}
+		ls, err := c.clusterScopes(ctx)
+		if err != nil {
+			return err
+		}
+		var before violations
+		if old != nil {
+			before = ls.exportViolations(clusterInventorySpec(old))
+		}
+		v.invalidate(ls.exportViolations(spec).newSince(before)...)
+		return v.result(ctx)
+	}
+	return Admission{
+		Create: func(ctx context.Context, obj runtime.Object) error {
+			return admit(ctx, obj.(*kollect.ClusterInventory), nil)
+		},
+		Update: func(ctx context.Context, obj, old runtime.Object) error {
+			return admit(ctx, obj.(*kollect.ClusterInventory), old.(*kollect.ClusterInventory))
+		},
+	}
+}
+
+// runtimeOrNil keeps a nil *ClusterInventory a nil interface.
+func runtimeOrNil(inv *kollect.ClusterInventory) runtime.Object {
+	if inv == nil {
+		return nil
+	}
+	return inv
+}
+
+func (c *Checker) checkSinkUse(ctx context.Context, v *verdict, spec exportSpec) {
+	for _, r := range spec.refs {
+		c.checkUse(ctx, v, r.family.sink, r.namespace, r.ref.Name, r.path())
+	}
+}
+
+// ClusterScopes: tenant mode only.
+func (c *Checker) ClusterScopes() Admission {
+	if c == nil {
+		return Admission{}
+	}
+	return Admission{
+		Create: func(_ context.Context, obj runtime.Object) error {
+			return c.tenantMode("clusterscopes", obj.(*kollect.ClusterScope).Name, obj, nil)
+		},
+		Update: func(_ context.Context, obj, old runtime.Object) error {
+			return c.tenantMode("clusterscopes", obj.(*kollect.ClusterScope).Name, obj, old)
+		},
+	}
+}
+
+// Sinks: a sink's own exportMinInterval must respect its namespace's
+// floor, checked on every write, ratcheted.
+func Sinks[T interface {
+	runtime.Object
+	metav1.Object
+}](c *Checker, resource, kind string, interval func(T) *metav1.Duration) Admission {
+	if c == nil {
+		return Admission{}
+	}
+	admit := func(ctx context.Context, sink T, old *T) error {
+		ls, err := c.scopes(ctx, sink.GetNamespace())
+		if err != nil {
+			return err
+		}
+		var now, before violations
+		ls.checkInterval(&now, "sink", interval(sink), intervalPath)
+		if old != nil {
+			ls.checkInterval(&before, "sink", interval(*old), intervalPath)
+		}
+		v := newVerdict(resource, kind, sink.GetName())
+		v.invalidate(now.newSince(before)...)
+		return v.result(ctx)
+	}
+	return Admission{
+		Create: func(ctx context.Context, obj runtime.Object) error { return admit(ctx, obj.(T), nil) },
+		Update: func(ctx context.Context, obj, old runtime.Object) error {
+			prev := old.(T)
+			return admit(ctx, obj.(T), &prev)
+		},
+	}
+}
+
+// tenantMode rejects, with --tenant-mode, creating a cluster-scoped kind
+// (old is nil) and updating one. Updates that only change what garbage
+// collection and deletion need (finalizers, owner references) pass, so
+// objects created before tenant mode was turned on can still be deleted,
+// finalizers included.
+func (c *Checker) tenantMode(resource, name string, obj, old runtime.Object) error {
+	if !c.cfg.TenantMode {
+		return nil
+	}
+	if old != nil && onlyDeletionFieldsChanged(obj, old) {
+		return nil
+	}
+	return apierrors.NewForbidden(kollect.Resource(resource), name, errors.New(TenantModeMessage))
+}
+
+// onlyDeletionFieldsChanged tells whether obj differs from old in nothing
+// but finalizers, owner references and the bookkeeping of the write.
+func onlyDeletionFieldsChanged(obj, old runtime.Object) bool {
+	want, err := meta.Accessor(obj)
+	if err != nil {
+		return false
+	}
+	prev := old.DeepCopyObject()
+	m, err := meta.Accessor(prev)
+	if err != nil {
+		return false
+	}
+	m.SetFinalizers(want.GetFinalizers())
+	m.SetOwnerReferences(want.GetOwnerReferences())
+	m.SetManagedFields(want.GetManagedFields())
+	m.SetResourceVersion(want.GetResourceVersion())
+	return apiequality.Semantic.DeepEqual(prev, obj)
+}
+
+// TargetReferencesChanged tells whether an update changes what a Target
+// collects: its Profile or its selection. Those updates are checked against
+// the requesting user, who becomes the requester.
+func TargetReferencesChanged(obj, old *kollect.Target) bool {
+	a, b := &obj.Spec, &old.Spec
+	return a.ProfileRef != b.ProfileRef ||
+		!apiequality.Semantic.DeepEqual(a.LabelSelector, b.LabelSelector) ||
+		!apiequality.Semantic.DeepEqual(a.Names, b.Names)
+}
+
+// ClusterTargetReferencesChanged is TargetReferencesChanged for ClusterTargets,
+// whose selection includes the namespaces.
+func ClusterTargetReferencesChanged(obj, old *kollect.ClusterTarget) bool {
+	a, b := &obj.Spec, &old.Spec
+	return a.ProfileRef != b.ProfileRef ||
+		!apiequality.Semantic.DeepEqual(a.NamespaceSelector, b.NamespaceSelector) ||
+		!apiequality.Semantic.DeepEqual(a.IncludeNamespaces, b.IncludeNamespaces) ||
+		!apiequality.Semantic.DeepEqual(a.ExcludeNamespaces, b.ExcludeNamespaces) ||
+		!apiequality.Semantic.DeepEqual(a.LabelSelector, b.LabelSelector) ||
+		!apiequality.Semantic.DeepEqual(a.Names, b.Names)
+}
+
+// InventoryReferencesChanged tells whether an update changes the set of
+// sinks an Inventory exports to (not their order or intervals).
+func InventoryReferencesChanged(obj, old *kollect.Inventory) bool {
+	return !sinkSet(inventorySpec(obj)).Equal(sinkSet(inventorySpec(old)))
+}
+
+// ClusterInventoryReferencesChanged is InventoryReferencesChanged for
+// ClusterInventories, with namespaces resolved (so a new sinkNamespace is a
+// change).
+func ClusterInventoryReferencesChanged(obj, old *kollect.ClusterInventory) bool {
+	return !sinkSet(clusterInventorySpec(obj)).Equal(sinkSet(clusterInventorySpec(old)))
+}
+
+func sinkSet(e exportSpec) sets.Set[string] {
+	s := sets.New[string]()
+	for _, r := range e.refs {
+		s.Insert(r.id())
+	}
+	return s
+}

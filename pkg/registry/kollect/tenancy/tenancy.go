@@ -1,0 +1,223 @@
+// Package tenancy holds the admission checks that depend on more than the
+// object being written (DESIGN.md §3):
+//
+//   - RBAC-native references: creating an object that references a Profile
+//     or a sink, or changing those references, requires the requesting user
+//     to hold the verb `use` on each referenced object, asked of the server's
+//     (delegated) authorizer the way Kubernetes checks `bind` and `escalate`
+//     in pkg/registry/rbac; a Target also requires the user to be allowed to
+//     `list` the kind its Profile collects in its namespace, a ClusterTarget
+//     across the cluster. Denials are 403 Forbidden naming the namespace,
+//     kind, name and verb.
+//   - The tenancy limits of Scopes (per namespace) and ClusterScopes (for the
+//     cluster kinds): allowed kinds, sink allowlists, the export interval
+//     floor, the namespaces cluster kinds may reference and collect from.
+//     Violations are 422 Invalid with a field.Forbidden per offending field,
+//     naming the limit and the Scope.
+//   - --tenant-mode: the cluster-scoped kinds cannot be created or updated.
+//
+// The checks run in the registry after the strategy has prepared and
+// validated the object (common.Admission), so they see defaulted, valid
+// objects and the object an update really replaces.
+//
+// Several Scopes in one namespace (or several ClusterScopes) all apply, and
+// the strictest wins: an object must pass every allowlist that is set (the
+// allowlists intersect; an absent or empty list allows everything), the
+// floor is the highest minExportInterval, and denied namespaces add up.
+//
+// Limits are ratcheted on update: a value that already broke a limit before
+// the update (a Scope created after the object, a floor raised later) does
+// not block unrelated changes; only new or changed offending values are
+// rejected. The exporter clamps intervals to the floor in any case.
+package tenancy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/warning"
+
+	"kollect.dev/kollect/pkg/apis/kollect"
+)
+
+// Config is how the server runs the checks.
+type Config struct {
+	// Authorizer answers the `use` and `list` checks for the requesting
+	// user. The server passes its own authorizer: the delegated one (a
+	// SubjectAccessReview to kube-apiserver, with system:masters allowed
+	// without asking). Nil skips both checks; only the in-process test
+	// server, which runs without authentication and authorization, has none.
+	Authorizer authorizer.Authorizer
+	// RESTMapper maps the kind a Profile collects to its resource in the
+	// host cluster, for the `list` check; NewHostRESTMapper builds one that
+	// refreshes discovery on a miss. Nil (no host cluster) skips the `list`
+	// check.
+	RESTMapper meta.RESTMapper
+	// TenantMode rejects creating and updating ClusterTargets,
+	// ClusterInventories and ClusterScopes (--tenant-mode).
+	TenantMode bool
+}
+
+// Lookups read the server's own storage, in process.
+type Lookups struct {
+	// Scopes and ClusterScopes list the tenancy limits.
+	Scopes, ClusterScopes rest.Lister
+	// Profiles gets the Profile a Target references.
+	Profiles rest.Getter
+}
+
+// Checker runs the checks of every kind.
+type Checker struct {
+	cfg     Config
+	lookups Lookups
+}
+
+// New returns a Checker. Call SetLookups once the storage it reads exists,
+// before the server serves.
+func New(cfg Config) *Checker {
+	return &Checker{cfg: cfg}
+}
+
+// SetLookups gives the checker the storage it reads. The kinds it checks
+// and the storage it reads are built together, hence the separate step.
+func (c *Checker) SetLookups(l Lookups) { c.lookups = l }
+
+// Admission is one kind's checks, in the shape of common.Admission.
+type Admission struct {
+	Create func(ctx context.Context, obj runtime.Object) error
+	Update func(ctx context.Context, obj, old runtime.Object) error
+}
+
+// AdmitCreate checks a new object.
+func (a Admission) AdmitCreate(ctx context.Context, obj runtime.Object) error {
+	if a.Create == nil {
+		return nil
+	}
+	return a.Create(ctx, obj)
+}
+
+// AdmitUpdate checks an object replacing old.
+func (a Admission) AdmitUpdate(ctx context.Context, obj, old runtime.Object) error {
+	if a.Update == nil {
+		return nil
+	}
+	return a.Update(ctx, obj, old)
+}
+
+// verdict collects what the checks of one request found.
+type verdict struct {
+	resource, kind, name string
+	// denied are authorization failures: the request is 403 Forbidden.
+	denied []string
+	// invalid are limit violations: the request is 422 Invalid.
+	invalid field.ErrorList
+	// warnings are returned to the client on success.
+	warnings []string
+}
+
+func newVerdict(resource, kind, name string) *verdict {
+	return &verdict{resource: resource, kind: kind, name: name}
+}
+
+func (v *verdict) invalidate(errs ...*field.Error) {
+	for _, err := range errs {
+		if err != nil {
+			v.invalid = append(v.invalid, err)
+		}
+	}
+}
+
+// result is the error of the request, if any; authorization comes first.
+// Warnings are sent only with a request that succeeds.
+func (v *verdict) result(ctx context.Context) error {
+	if len(v.denied) > 0 {
+		return apierrors.NewForbidden(kollect.Resource(v.resource), v.name, errors.New(strings.Join(v.denied, "; ")))
+	}
+	if len(v.invalid) > 0 {
+		return apierrors.NewInvalid(kollect.Kind(v.kind), v.name, v.invalid)
+	}
+	for _, w := range v.warnings {
+		warning.AddWarning(ctx, "", w)
+	}
+	return nil
+}
+
+// Paths of the fields the checks report on.
+var (
+	specPath       = field.NewPath("spec")
+	profileRefPath = specPath.Child("profileRef")
+	intervalPath   = specPath.Child("exportMinInterval")
+)
+
+// scopes are the limits of a namespace, sorted by name.
+func (c *Checker) scopes(ctx context.Context, namespace string) (limits, error) {
+	if c.lookups.Scopes == nil {
+		return nil, nil
+	}
+	out, err := c.lookups.Scopes.List(genericapirequest.WithNamespace(ctx, namespace), &metainternalversion.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	list, ok := out.(*kollect.ScopeList)
+	if !ok {
+		return nil, fmt.Errorf("listing scopes returned %T", out)
+	}
+	return scopeLimits(list.Items), nil
+}
+
+// clusterScopes are the limits of the cluster kinds, sorted by name.
+func (c *Checker) clusterScopes(ctx context.Context) (limits, error) {
+	if c.lookups.ClusterScopes == nil {
+		return nil, nil
+	}
+	out, err := c.lookups.ClusterScopes.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceNone), &metainternalversion.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	list, ok := out.(*kollect.ClusterScopeList)
+	if !ok {
+		return nil, fmt.Errorf("listing clusterscopes returned %T", out)
+	}
+	return clusterScopeLimits(list.Items), nil
+}
+
+// profile reads a referenced Profile.
+func (c *Checker) profile(ctx context.Context, namespace, name string) (*kollect.Profile, error) {
+	if c.lookups.Profiles == nil {
+		return nil, apierrors.NewNotFound(kollect.Resource("profiles"), name)
+	}
+	out, err := c.lookups.Profiles.Get(genericapirequest.WithNamespace(ctx, namespace), name, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	p, ok := out.(*kollect.Profile)
+	if !ok {
+		return nil, fmt.Errorf("getting a profile returned %T", out)
+	}
+	return p, nil
+}
+
+// resolveProfile reads the Profile a target references when a check needs
+// the kind it collects. A missing Profile is an invalid reference then: the
+// server cannot check what it would collect, so the target must wait for it.
+func (c *Checker) resolveProfile(ctx context.Context, v *verdict, namespace, name string, namePath *field.Path) (*kollect.Profile, error) {
+	p, err := c.profile(ctx, namespace, name)
+	if apierrors.IsNotFound(err) {
+		nf := field.NotFound(namePath, name)
+		nf.Detail = fmt.Sprintf("Profile %s/%s must exist before it is referenced: the server checks the kind it collects against your permissions and the Scopes", namespace, name)
+		v.invalidate(nf)
+		return nil, nil
+	}
+	return p, err
+}
