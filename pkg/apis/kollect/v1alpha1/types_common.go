@@ -155,7 +155,7 @@ type TLSConfig struct {
 }
 
 // DeletionPolicy says what happens to exported data when the inventory that
-// exported it, or its reference to the sink, is deleted.
+// exported it is deleted. Removing only the reference leaves the data.
 // +enum
 type DeletionPolicy string
 
