@@ -825,7 +825,8 @@ func (c *Controller) cleanup(ctx context.Context, key invKey, spec *inventorySpe
 		}
 		client, err := c.buildClient(ctx, ek, obj)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s/%s/%s: %s", r.family, r.namespace, r.name, client.scrubOrRaw(err)))
+			// buildClient scrubs its own errors.
+			errs = append(errs, fmt.Errorf("%s/%s/%s: %w", r.family, r.namespace, r.name, err))
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, exportTimeout)
@@ -907,14 +908,13 @@ func (c *Controller) applyEntry(ctx context.Context, k exporterKey, entry *apply
 
 // resolved is an exporter's configuration for one run, read from the caches.
 type resolved struct {
-	inventory     sink.Inventory
-	inventoryGone bool
-	generation    int64
-	entry         *v1alpha1.SinkExportStatus
-	sinkFound     bool
-	sinkObj       metav1.Object
-	sinkType      string
-	interval      time.Duration
+	inventory  sink.Inventory
+	generation int64
+	entry      *v1alpha1.SinkExportStatus
+	sinkFound  bool
+	sinkObj    metav1.Object
+	sinkType   string
+	interval   time.Duration
 }
 
 // resolveFailure is a reference that does not resolve; reported as the entry's reason.

@@ -478,7 +478,7 @@ type entryUpdate struct {
 // as its own field manager: entries of other sinks are not touched, and
 // the server derives the aggregate in the same write.
 func (e *exporter) report(ctx context.Context, cfg *resolved, u entryUpdate) {
-	if cfg == nil || cfg.inventoryGone {
+	if cfg == nil {
 		return
 	}
 	now := metav1.Now()

@@ -72,8 +72,6 @@ func (s *sinkClient) scrub(msg string) string {
 	return msg
 }
 
-func (s *sinkClient) scrubOrRaw(err error) string { return s.scrub(err.Error()) }
-
 func (e *exporter) scrub(msg string) string { return e.client.scrub(msg) }
 
 // ensureClient (re)builds the exporter's sink client when the sink's spec

@@ -39,7 +39,7 @@ type gitServer struct {
 func newGitServer(t *testing.T, user, token string) *gitServer {
 	t.Helper()
 	if _, err := os.Stat(httpBackend); err != nil {
-		t.Skipf("git http-backend not available: %v", err)
+		t.Fatalf("git http-backend is missing (%v): install git (apt-get install git), which ships it", err)
 	}
 	gs := &gitServer{root: t.TempDir()}
 	home := t.TempDir()
