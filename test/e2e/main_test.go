@@ -13,5 +13,10 @@ import (
 var env framework.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(framework.Main(m, &env, framework.Options{}))
+	os.Exit(framework.Main(m, &env, framework.Options{
+		// Short periods so that re-checks at reconcile (TestRevokedReferences)
+		// happen within seconds: exporters re-check every watchdog period,
+		// targets at every full walk.
+		KollectArgs: []string{"--export-watchdog-period=5s", "--resync-period=30s"},
+	}))
 }

@@ -182,9 +182,12 @@ func (o *Options) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// The controllers re-check the requesters' grants with the same
+		// authorizer admission asked.
+		authz := cfg.ExtraConfig.Registry.Tenancy.Authorizer
 		o.Controllers.Install(srv.GenericAPIServer, host, leader.Configs{
-			Collect: collect.Config{Items: srv.Items, ClusterItems: srv.ClusterItems},
-			Export:  export.Config{StateDir: stateDir},
+			Collect: collect.Config{Items: srv.Items, ClusterItems: srv.ClusterItems, Authorizer: authz},
+			Export:  export.Config{StateDir: stateDir, Authorizer: authz},
 		})
 	}
 	if o.afterConfig != nil {

@@ -35,6 +35,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	kubeinformers "k8s.io/client-go/informers"
@@ -55,6 +56,7 @@ import (
 	kollectinformers "kollect.dev/kollect/pkg/generated/informers/externalversions"
 	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 const (
@@ -108,6 +110,11 @@ type Config struct {
 	Workers int
 	// Identity names this replica in Events.
 	Identity string
+	// Authorizer re-checks that the requester recorded on a target may
+	// still use its Profile and list what it collects (the server's
+	// delegated authorizer). Nil skips the check: only a server without
+	// authorization has none.
+	Authorizer authorizer.Authorizer
 }
 
 // Collector runs the collection controller.
@@ -130,6 +137,8 @@ type Collector struct {
 	profileLister       kollectlisters.ProfileLister
 	targetLister        kollectlisters.TargetLister
 	clusterTargetLister kollectlisters.ClusterTargetLister
+	scopeLister         kollectlisters.ScopeLister
+	clusterScopeLister  kollectlisters.ClusterScopeLister
 	namespaces          corev1listers.NamespaceLister
 
 	recorder events.EventRecorder
@@ -168,6 +177,10 @@ type target struct {
 	suspended  bool
 	reason     string
 	lastError  string
+	// partial is a denial the target collects despite: a ClusterTarget
+	// including namespaces the ClusterScopes forbid. Reported when there
+	// is no blocking reason.
+	partial *tenancy.Denial
 
 	walked     string // fingerprint of the configuration last walked with
 	walkNeeded bool
@@ -335,6 +348,8 @@ func (c *Collector) startInformers(ctx context.Context) error {
 	c.profileLister = api.Profiles().Lister()
 	c.targetLister = api.Targets().Lister()
 	c.clusterTargetLister = api.ClusterTargets().Lister()
+	c.scopeLister = api.Scopes().Lister()
+	c.clusterScopeLister = api.ClusterScopes().Lister()
 	c.kubeFactory = kubeinformers.NewSharedInformerFactory(c.kube, 0)
 	c.namespaces = c.kubeFactory.Core().V1().Namespaces().Lister()
 
@@ -363,6 +378,16 @@ func (c *Collector) startInformers(ctx context.Context) error {
 		DeleteFunc: c.profileEvent,
 	}); err != nil {
 		return err
+	}
+	scopeHandler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.scopeEvent,
+		UpdateFunc: func(old, obj any) { c.scopeEvent(obj) },
+		DeleteFunc: c.scopeEvent,
+	}
+	for _, inf := range []cache.SharedIndexInformer{api.Scopes().Informer(), api.ClusterScopes().Informer()} {
+		if _, err := inf.AddEventHandler(scopeHandler); err != nil {
+			return err
+		}
 	}
 	if _, err := c.kubeFactory.Core().V1().Namespaces().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: c.namespaceEvent,
@@ -565,9 +590,23 @@ func (c *Collector) syncTarget(ctx context.Context, key targetKey) error {
 	if err != nil {
 		return err
 	}
+	var partial *tenancy.Denial
+	switch {
+	case reason == kollect.ReasonProfileNotFound:
+		metrics.Resolved(key.kind(), "Profile", metrics.ResolutionNotFound)
+	case reason == "" && !v.suspend:
+		var denied *tenancy.Denial
+		if denied, partial, err = c.admit(ctx, v, cfg); err != nil {
+			return err
+		}
+		if denied != nil {
+			reason, msg = denied.Reason, denied.Message
+		}
+	}
 	c.mu.Lock()
 	t.generation = v.generation
 	t.suspended = v.suspend
+	t.partial = partial
 	switch {
 	case reason != "":
 		c.releaseInformerLocked(t)
@@ -627,6 +666,12 @@ func (c *Collector) configure(v *view, prev *targetConfig) (cfg *targetConfig, r
 		return nil, "", "", err
 	}
 	fingerprint := fmt.Sprintf("%d/%s/%s", v.generation, p.UID, p.ResourceVersion)
+	var limits *tenancy.Limits
+	if v.key.Cluster {
+		// The ClusterScopes bound the namespaces it collects from.
+		l, fp := c.clusterLimits()
+		limits, fingerprint = &l, fingerprint+"/"+fp
+	}
 	if prev != nil && prev.fingerprint == fingerprint {
 		return prev, "", "", nil
 	}
@@ -647,7 +692,7 @@ func (c *Collector) configure(v *view, prev *targetConfig) (cfg *targetConfig, r
 	if !namespaced && !v.key.Cluster {
 		return nil, ReasonKindNotNamespaced, fmt.Sprintf("%s is cluster-scoped: collect it with a ClusterTarget", gvkString(gvk)), nil
 	}
-	sel, err := newSelection(v)
+	sel, err := newSelection(v, limits)
 	if err != nil {
 		return nil, ReasonInvalidSelector, err.Error(), nil
 	}

@@ -7,6 +7,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 func TestWatched(t *testing.T) {
@@ -42,7 +45,7 @@ func TestNamespaceSelection(t *testing.T) {
 		namespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
 		exclude:           []string{"blocked"},
 	}
-	s, err := newSelection(v)
+	s, err := newSelection(v, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,9 +53,23 @@ func TestNamespaceSelection(t *testing.T) {
 	if !s.namespaceSelected("x", team) || s.namespaceSelected("x", nil) || s.namespaceSelected("blocked", team) {
 		t.Error("selector or exclude not applied")
 	}
+
+	// ClusterScopes: every allowedNamespaces set must allow the namespace,
+	// no deniedNamespaces may hold it.
+	limits := tenancy.ClusterLimits([]kollect.ClusterScope{
+		{ObjectMeta: metav1.ObjectMeta{Name: "allow"}, Spec: kollect.ClusterScopeSpec{AllowedNamespaces: []string{"x", "y"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "deny"}, Spec: kollect.ClusterScopeSpec{DeniedNamespaces: []string{"y"}}},
+	})
+	if s, err = newSelection(v, &limits); err != nil {
+		t.Fatal(err)
+	}
+	if !s.namespaceSelected("x", team) || s.namespaceSelected("y", team) || s.namespaceSelected("z", team) {
+		t.Error("the ClusterScopes' namespace limits not applied")
+	}
+
 	v.include = []string{"only"}
 	v.namespaceSelector = nil
-	if s, err = newSelection(v); err != nil {
+	if s, err = newSelection(v, nil); err != nil {
 		t.Fatal(err)
 	}
 	if !s.namespaceSelected("only", nil) || s.namespaceSelected("x", team) {
@@ -62,7 +79,7 @@ func TestNamespaceSelection(t *testing.T) {
 		t.Error("an absent label selector must select every object")
 	}
 	v.labelSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Bogus"}}}
-	if _, err := newSelection(v); err == nil {
+	if _, err := newSelection(v, nil); err == nil {
 		t.Error("an invalid selector compiles")
 	}
 }

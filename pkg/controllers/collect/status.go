@@ -27,7 +27,7 @@ const maxEventNote = 1000
 // reportable says whether the collector has something to say about a
 // target: before its first walk the derived Pending says it all.
 func (c *Collector) reportableLocked(t *target) bool {
-	if t.reason != "" || t.suspended || t.walkedOnce {
+	if t.reason != "" || t.partial != nil || t.suspended || t.walkedOnce {
 		return true
 	}
 	return t.informer != nil && t.informer.listErr.Load() != nil
@@ -48,6 +48,9 @@ func (c *Collector) observationLocked(t *target) (*v1alpha1.CollectionObservatio
 		if msg := t.informer.listErr.Load(); msg != nil {
 			obs.Reason, obs.LastError = ReasonListFailed, *msg
 		}
+	}
+	if obs.Reason == "" && t.partial != nil {
+		obs.Reason, obs.LastError = t.partial.Reason, t.partial.Message
 	}
 	var namespaces []string
 	if t.key.Cluster {

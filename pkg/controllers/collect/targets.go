@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 // Finalizer keeps a Target or ClusterTarget until the collector has deleted
@@ -67,6 +68,7 @@ type view struct {
 	include, exclude  []string
 
 	collection *v1alpha1.CollectionObservation
+	requester  *v1alpha1.RequesterInfo
 }
 
 func viewOf(key targetKey, meta *metav1.ObjectMeta) *view {
@@ -85,7 +87,7 @@ func viewOfTarget(t *v1alpha1.Target) *view {
 	v.suspend = t.Spec.Suspend
 	v.profile = types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.ProfileRef.Name}
 	v.labelSelector, v.names = t.Spec.LabelSelector, t.Spec.Names
-	v.collection = t.Status.Collection
+	v.collection, v.requester = t.Status.Collection, t.Status.Requester
 	return v
 }
 
@@ -96,7 +98,7 @@ func viewOfClusterTarget(t *v1alpha1.ClusterTarget) *view {
 	v.labelSelector, v.names = t.Spec.LabelSelector, t.Spec.Names
 	v.namespaceSelector = t.Spec.NamespaceSelector
 	v.include, v.exclude = t.Spec.IncludeNamespaces, t.Spec.ExcludeNamespaces
-	v.collection = t.Status.Collection
+	v.collection, v.requester = t.Status.Collection, t.Status.Requester
 	return v
 }
 
@@ -168,6 +170,8 @@ type selection struct {
 	namespaces labels.Selector // ClusterTarget only
 	include    sets.Set[string]
 	exclude    sets.Set[string]
+	// limits are the ClusterScopes' namespace limits (ClusterTarget only).
+	limits *tenancy.Limits
 }
 
 // selectorOf compiles a label selector; absent selects everything (the
@@ -179,12 +183,12 @@ func selectorOf(s *metav1.LabelSelector) (labels.Selector, error) {
 	return metav1.LabelSelectorAsSelector(s)
 }
 
-func newSelection(v *view) (*selection, error) {
+func newSelection(v *view, limits *tenancy.Limits) (*selection, error) {
 	objects, err := selectorOf(v.labelSelector)
 	if err != nil {
 		return nil, fmt.Errorf("spec.labelSelector: %v", err)
 	}
-	s := &selection{objects: objects, names: sets.New(v.names...), include: sets.New(v.include...), exclude: sets.New(v.exclude...)}
+	s := &selection{objects: objects, names: sets.New(v.names...), include: sets.New(v.include...), exclude: sets.New(v.exclude...), limits: limits}
 	if v.key.Cluster {
 		if s.namespaces, err = selectorOf(v.namespaceSelector); err != nil {
 			return nil, fmt.Errorf("spec.namespaceSelector: %v", err)
@@ -194,10 +198,10 @@ func newSelection(v *view) (*selection, error) {
 }
 
 // namespaceSelected says whether a ClusterTarget collects from a namespace
-// with these labels: excludeNamespaces wins, includeNamespaces restricts,
-// the namespaceSelector picks.
+// with these labels: the ClusterScopes and excludeNamespaces win,
+// includeNamespaces restricts, the namespaceSelector picks.
 func (s *selection) namespaceSelected(ns string, nsLabels map[string]string) bool {
-	if s.exclude.Has(ns) {
+	if s.exclude.Has(ns) || (s.limits != nil && !s.limits.CollectsFrom(ns)) {
 		return false
 	}
 	if s.include.Len() > 0 && !s.include.Has(ns) {

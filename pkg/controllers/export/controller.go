@@ -30,6 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -39,6 +40,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
 	"kollect.dev/kollect/pkg/controllers/metrics"
@@ -46,6 +48,7 @@ import (
 	"kollect.dev/kollect/pkg/generated/clientset/versioned"
 	kollectinformers "kollect.dev/kollect/pkg/generated/informers/externalversions"
 	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 // Finalizer keeps an Inventory or ClusterInventory until what it exported
@@ -67,6 +70,11 @@ type Config struct {
 	// Watchdog is how often an idle exporter refreshes its status entry; 0
 	// means DefaultWatchdog.
 	Watchdog time.Duration
+	// Authorizer re-checks, on every run, that the requester recorded on an
+	// inventory still holds `use` on each sink (the server's delegated
+	// authorizer, which caches answers for seconds). Nil skips the check:
+	// only a server without authorization has none.
+	Authorizer authorizer.Authorizer
 }
 
 // invKey names an Inventory (Cluster false) or a ClusterInventory.
@@ -922,7 +930,11 @@ type resolveFailure struct{ reason, message string }
 
 func (r *resolveFailure) Error() string { return r.reason + ": " + r.message }
 
-func (c *Controller) resolve(k exporterKey) (*resolved, error) {
+// resolve reads an exporter's configuration and re-checks its reference:
+// the sink must exist, the Scopes (or ClusterScopes) must still allow it,
+// and the requester recorded on the inventory must still hold `use` on it.
+// A reference that fails is a resolveFailure, reported in the entry.
+func (c *Controller) resolve(ctx context.Context, k exporterKey) (*resolved, error) {
 	obj, err := c.getInventory(k.inv)
 	if err != nil {
 		return nil, err
@@ -951,41 +963,51 @@ func (c *Controller) resolve(k exporterKey) (*resolved, error) {
 	if ref == nil {
 		return nil, errors.New("reference removed")
 	}
+	kind, refType := k.inv.kind(), string(k.family)+"Sink"
 	sinkObj, err := c.sinkObject(k)
 	if apierrors.IsNotFound(err) {
+		metrics.Resolved(kind, refType, metrics.ResolutionNotFound)
 		return out, &resolveFailure{reason: v1alpha1.ReasonSinkNotFound,
-			message: fmt.Sprintf("%sSink %s/%s does not exist", k.family, k.namespace, k.name)}
+			message: fmt.Sprintf("%s %s/%s does not exist", refType, k.namespace, k.name)}
 	}
 	if err != nil {
 		return nil, err
 	}
 	out.sinkFound, out.sinkObj, out.sinkType = true, sinkObj, sinkType(sinkObj)
-	floor := c.floor(k.inv)
-	out.interval = EffectiveInterval(ref.interval, sinkInterval(sinkObj), spec.interval, floor)
+	limits := c.limits(k.inv)
+	denial := limits.Sink(kollect.SinkFamily(k.family), k.namespace, k.name, k.inv.Cluster)
+	if denial == nil && c.cfg.Authorizer != nil {
+		denial, err = tenancy.MayUse(ctx, c.cfg.Authorizer, spec.status.Requester, tenancy.ResourceOf(kollect.SinkFamily(k.family)), k.namespace, k.name)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if denial != nil {
+		metrics.Resolved(kind, refType, metrics.ResolutionForbidden)
+		return out, &resolveFailure{reason: denial.Reason, message: denial.Message}
+	}
+	metrics.Resolved(kind, refType, metrics.ResolutionOK)
+	out.interval = EffectiveInterval(ref.interval, sinkInterval(sinkObj), spec.interval, limits.Floor())
 	return out, nil
 }
 
-// floor is the highest minExportInterval of the Scopes of the inventory's
-// namespace (ClusterScopes for a ClusterInventory): with several scopes,
-// the strictest applies.
-func (c *Controller) floor(k invKey) time.Duration {
-	var floor time.Duration
+// limits are the Scopes of the inventory's namespace, or the ClusterScopes
+// for a ClusterInventory; all of them apply, the strictest wins.
+func (c *Controller) limits(k invKey) tenancy.Limits {
 	if k.Cluster {
 		list, _ := c.clusterScopes.List(labels.Everything())
-		for _, s := range list {
-			if s.Spec.MinExportInterval != nil {
-				floor = max(floor, s.Spec.MinExportInterval.Duration)
-			}
+		scopes := make([]kollect.ClusterScope, len(list))
+		for i, s := range list {
+			_ = v1alpha1.Convert_v1alpha1_ClusterScope_To_kollect_ClusterScope(s, &scopes[i], nil)
 		}
-		return floor
+		return tenancy.ClusterLimits(scopes)
 	}
 	list, _ := c.scopes.Scopes(k.Namespace).List(labels.Everything())
-	for _, s := range list {
-		if s.Spec.MinExportInterval != nil {
-			floor = max(floor, s.Spec.MinExportInterval.Duration)
-		}
+	scopes := make([]kollect.Scope, len(list))
+	for i, s := range list {
+		_ = v1alpha1.Convert_v1alpha1_Scope_To_kollect_Scope(s, &scopes[i], nil)
 	}
-	return floor
+	return tenancy.NamespaceLimits(scopes)
 }
 
 // sinkObject reads the referenced sink from the cache.

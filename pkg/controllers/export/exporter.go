@@ -152,14 +152,24 @@ func (e *exporter) loop(ctx context.Context) {
 func (e *exporter) runOnce(ctx context.Context) time.Time {
 	now := time.Now()
 	watchdog := now.Add(e.c.watchdog)
-	cfg, err := e.c.resolve(e.key)
+	cfg, err := e.c.resolve(ctx, e.key)
 	if err != nil {
 		var rf *resolveFailure
 		if errors.As(err, &rf) {
+			// A broken reference exports nothing until it resolves again;
+			// the first run that finds it broken says so in an Event.
+			if cfg.entry == nil || cfg.entry.Reason != rf.reason {
+				e.c.warn(e.key.inv, rf.reason, fmt.Sprintf("%s %s/%s: %s", e.key.family, e.key.namespace, e.key.name, rf.message))
+			}
 			e.report(ctx, cfg, entryUpdate{outcome: v1alpha1.OutcomeFailed, reason: rf.reason, message: rf.message})
 			return watchdog
 		}
-		return watchdog // the inventory is gone; the controller stops us
+		if ctx.Err() == nil {
+			// The inventory or the reference is gone (the controller stops
+			// us), or the authorizer could not answer: try again later.
+			klog.FromContext(ctx).V(2).Info("Cannot resolve the sink reference", "err", err)
+		}
+		return watchdog
 	}
 	if !e.seeded {
 		e.seed(cfg)

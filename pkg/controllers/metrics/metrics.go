@@ -82,7 +82,38 @@ var (
 		Buckets:        metrics.ExponentialBuckets(0.01, 4, 8),
 		StabilityLevel: metrics.ALPHA,
 	})
+
+	// RefResolutions counts how static references resolved at reconcile:
+	// kind is the referencing kind (Target, ClusterTarget, Inventory,
+	// ClusterInventory), ref_type the referenced one (Profile,
+	// SnapshotSink, DatabaseSink, EventSink).
+	RefResolutions = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      namespace,
+		Name:           "static_ref_resolution_total",
+		Help:           "Resolutions of profile and sink references at reconcile by referencing kind, referenced kind and result: ok, not_found, or forbidden (the requester lost the use or list grant, or a Scope denies the reference).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"kind", "ref_type", "result"})
 )
+
+// Results of kollect_static_ref_resolution_total.
+const (
+	ResolutionOK        = "ok"
+	ResolutionNotFound  = "not_found"
+	ResolutionForbidden = "forbidden"
+)
+
+// ErrorForbidden is the error class of kollect_reconcile_errors_total for a
+// reference the requester may no longer use or a Scope denies.
+const ErrorForbidden = "forbidden"
+
+// Resolved counts one resolution; a forbidden one also counts as a failed
+// reconcile of class forbidden.
+func Resolved(kind, refType, result string) {
+	RefResolutions.WithLabelValues(kind, refType, result).Inc()
+	if result == ResolutionForbidden {
+		ReconcileErrors.WithLabelValues(kind, ErrorForbidden).Inc()
+	}
+}
 
 var registerOnce sync.Once
 
@@ -90,7 +121,7 @@ var registerOnce sync.Once
 // number of times.
 func Register() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(CollectEvents, ItemWrites, Informers, Items, ReconcileErrors, Leader, FullWalkDuration)
+		legacyregistry.MustRegister(CollectEvents, ItemWrites, Informers, Items, ReconcileErrors, Leader, FullWalkDuration, RefResolutions)
 	})
 }
 
@@ -148,8 +179,10 @@ var (
 
 var registerExportOnce sync.Once
 
-// RegisterExport adds the exporter metrics to the legacy registry.
+// RegisterExport adds the exporter metrics to the legacy registry, and the
+// ones it shares with the collector.
 func RegisterExport() {
+	Register()
 	registerExportOnce.Do(func() {
 		legacyregistry.MustRegister(SinkExports, ExportDuration, ExportDebounced, ExportBytes, BreakerOpen)
 	})

@@ -243,10 +243,17 @@ const (
 	ReasonSinkForbidden    = "SinkForbidden"
 	ReasonProfileNotFound  = "ProfileNotFound"
 	ReasonProfileForbidden = "ProfileForbidden"
-	ReasonAsExpected       = "AsExpected"
-	ReasonProbeSucceeded   = "ProbeSucceeded"
-	ReasonProbeFailed      = "ProbeFailed"
-	ReasonNotProbed        = "NotProbed"
+	// The Scope reasons: a Scope or ClusterScope written after the object
+	// forbids what it does; the object stops doing it until the limit or the
+	// object changes.
+	ReasonScopeGVKDenied       = "ScopeGVKDenied"
+	ReasonScopeNamespaceDenied = "ScopeNamespaceDenied"
+	ReasonScopeSinkDenied      = "ScopeSinkDenied"
+	ReasonSinkNamespaceDenied  = "SinkNamespaceDenied"
+	ReasonAsExpected           = "AsExpected"
+	ReasonProbeSucceeded       = "ProbeSucceeded"
+	ReasonProbeFailed          = "ProbeFailed"
+	ReasonNotProbed            = "NotProbed"
 )
 
 // Annotations and labels the server understands.

@@ -62,10 +62,10 @@ func refs(snapshot, database, event []kollect.SinkReference, defaultNamespace st
 // resolutionReasons are failure reasons that mean a reference, not the sink
 // itself, is broken; they make the inventory Degraded.
 var resolutionReasons = map[string]bool{
-	kollect.ReasonSinkNotFound:  true,
-	kollect.ReasonSinkForbidden: true,
-	"ScopeSinkDenied":           true,
-	"SinkNamespaceDenied":       true,
+	kollect.ReasonSinkNotFound:        true,
+	kollect.ReasonSinkForbidden:       true,
+	kollect.ReasonScopeSinkDenied:     true,
+	kollect.ReasonSinkNamespaceDenied: true,
 }
 
 // InventoryStatus derives the aggregate status of an Inventory or

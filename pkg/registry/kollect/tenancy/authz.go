@@ -73,15 +73,7 @@ func (c *Checker) checkUse(ctx context.Context, v *verdict, r referenced, namesp
 	if c.cfg.Authorizer == nil {
 		return
 	}
-	ok, why := c.authorize(ctx, authorizer.AttributesRecord{
-		Verb:            VerbUse,
-		Namespace:       namespace,
-		APIGroup:        kollect.GroupName,
-		APIVersion:      v1alpha1.SchemeGroupVersion.Version,
-		Resource:        r.resource,
-		Name:            name,
-		ResourceRequest: true,
-	})
+	ok, why := c.authorize(ctx, useAttributes(r, namespace, name))
 	if ok {
 		return
 	}
@@ -91,6 +83,32 @@ func (c *Checker) checkUse(ctx context.Context, v *verdict, r referenced, namesp
 		msg += " (" + why + ")"
 	}
 	v.denied = append(v.denied, msg)
+}
+
+// useAttributes asks for `use` on one Profile or sink.
+func useAttributes(r referenced, namespace, name string) authorizer.AttributesRecord {
+	return authorizer.AttributesRecord{
+		Verb:            VerbUse,
+		Namespace:       namespace,
+		APIGroup:        kollect.GroupName,
+		APIVersion:      v1alpha1.SchemeGroupVersion.Version,
+		Resource:        r.resource,
+		Name:            name,
+		ResourceRequest: true,
+	}
+}
+
+// listAttributes asks for `list` of a resource in a namespace, or across
+// the cluster when namespace is empty.
+func listAttributes(gvr schema.GroupVersionResource, namespace string) authorizer.AttributesRecord {
+	return authorizer.AttributesRecord{
+		Verb:            "list",
+		Namespace:       namespace,
+		APIGroup:        gvr.Group,
+		APIVersion:      gvr.Version,
+		Resource:        gvr.Resource,
+		ResourceRequest: true,
+	}
 }
 
 // listChecks tells whether the `list` check of targets runs.
@@ -116,14 +134,7 @@ func (c *Checker) checkList(ctx context.Context, v *verdict, target string, p *k
 	if mapping.Scope.Name() != meta.RESTScopeNameNamespace {
 		namespace = ""
 	}
-	ok, why := c.authorize(ctx, authorizer.AttributesRecord{
-		Verb:            "list",
-		Namespace:       namespace,
-		APIGroup:        mapping.Resource.Group,
-		APIVersion:      mapping.Resource.Version,
-		Resource:        mapping.Resource.Resource,
-		ResourceRequest: true,
-	})
+	ok, why := c.authorize(ctx, listAttributes(mapping.Resource, namespace))
 	if ok {
 		return nil
 	}

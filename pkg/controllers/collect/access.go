@@ -1,0 +1,109 @@
+package collect
+
+import (
+	"context"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/cache"
+
+	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/controllers/metrics"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+)
+
+// Admission checked a target against its requester's permissions and the
+// Scopes when it was written. Both can change afterwards, so every sync of
+// a target (on its own changes, its Profile's, a Scope's, and each full
+// walk) asks again; a target that lost a grant or that a later Scope
+// forbids stops collecting and keeps its items, like a suspended one.
+
+// namespaceLimits are the Scopes of a Target's namespace.
+func (c *Collector) namespaceLimits(namespace string) tenancy.Limits {
+	list, _ := c.scopeLister.Scopes(namespace).List(labels.Everything())
+	scopes := make([]kollect.Scope, len(list))
+	for i, s := range list {
+		_ = v1alpha1.Convert_v1alpha1_Scope_To_kollect_Scope(s, &scopes[i], nil)
+	}
+	return tenancy.NamespaceLimits(scopes)
+}
+
+// clusterLimits are the ClusterScopes, and a fingerprint of them that
+// changes whenever one does: the namespaces a ClusterTarget collects from
+// depend on them, so a new fingerprint means a new walk.
+func (c *Collector) clusterLimits() (tenancy.Limits, string) {
+	list, _ := c.clusterScopeLister.List(labels.Everything())
+	scopes := make([]kollect.ClusterScope, len(list))
+	fp := make([]string, len(list))
+	for i, s := range list {
+		_ = v1alpha1.Convert_v1alpha1_ClusterScope_To_kollect_ClusterScope(s, &scopes[i], nil)
+		fp[i] = s.Name + "@" + s.ResourceVersion
+	}
+	sort.Strings(fp)
+	return tenancy.ClusterLimits(scopes), strings.Join(fp, ",")
+}
+
+// admit re-checks a target that can collect. denied stops its collection;
+// partial (a ClusterTarget including namespaces it may not collect from)
+// is reported while it collects from the rest. An error means the
+// authorizer could not answer: the sync is retried, nothing changes.
+func (c *Collector) admit(ctx context.Context, v *view, cfg *targetConfig) (denied, partial *tenancy.Denial, err error) {
+	kind := v.key.kind()
+	defer func() {
+		switch {
+		case err != nil:
+		case denied != nil:
+			metrics.Resolved(kind, "Profile", metrics.ResolutionForbidden)
+		default:
+			metrics.Resolved(kind, "Profile", metrics.ResolutionOK)
+		}
+	}()
+	var limits tenancy.Limits
+	if v.key.Cluster {
+		limits, _ = c.clusterLimits()
+		if denied = limits.ProfileNamespace(v.profile.Namespace); denied != nil {
+			return denied, nil, nil
+		}
+	} else {
+		limits = c.namespaceLimits(v.key.Namespace)
+	}
+	if denied = limits.Kind(cfg.gvk.Group, cfg.gvk.Kind); denied != nil {
+		return denied, nil, nil
+	}
+	if c.cfg.Authorizer != nil {
+		if denied, err = tenancy.MayUse(ctx, c.cfg.Authorizer, v.requester, "profiles", v.profile.Namespace, v.profile.Name); denied != nil || err != nil {
+			return denied, nil, err
+		}
+		namespace := v.key.Namespace // a Target lists in its namespace, a ClusterTarget everywhere
+		if denied, err = tenancy.MayList(ctx, c.cfg.Authorizer, v.requester, cfg.gvr, namespace); denied != nil || err != nil {
+			return denied, nil, err
+		}
+	}
+	if v.key.Cluster && cfg.namespaced {
+		partial = limits.IncludedNamespaces(v.include)
+	}
+	return nil, partial, nil
+}
+
+// scopeEvent syncs the targets a Scope or ClusterScope limits.
+func (c *Collector) scopeEvent(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	switch s := obj.(type) {
+	case *v1alpha1.Scope:
+		if ts, err := c.targetLister.Targets(s.Namespace).List(labels.Everything()); err == nil {
+			for _, t := range ts {
+				c.targetQueue.Add(targetKey{Namespace: t.Namespace, Name: t.Name})
+			}
+		}
+	case *v1alpha1.ClusterScope:
+		if ts, err := c.clusterTargetLister.List(labels.Everything()); err == nil {
+			for _, t := range ts {
+				c.targetQueue.Add(targetKey{Cluster: true, Name: t.Name})
+			}
+		}
+	}
+}

@@ -1,0 +1,247 @@
+package tenancy
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+)
+
+// The controllers ask the same questions again at reconcile, about objects
+// that passed admission: a grant may have been revoked since, or a Scope
+// written later may forbid what the object does. What follows gives them
+// the admission rules in that form: a Denial with the reason the object's
+// status shows, instead of a rejected request.
+
+// Denial is a reference or a limit an existing object may no longer use.
+type Denial struct {
+	// Reason is the status reason: SinkForbidden, ProfileForbidden,
+	// ScopeGVKDenied, ScopeNamespaceDenied, ScopeSinkDenied or
+	// SinkNamespaceDenied.
+	Reason string
+	// Message names the user or the limit, and what is denied.
+	Message string
+}
+
+func (d *Denial) Error() string { return d.Reason + ": " + d.Message }
+
+// Limits are the Scopes of one namespace, or the ClusterScopes, as the
+// controllers apply them to existing objects.
+type Limits struct{ ls limits }
+
+// NamespaceLimits are the limits of the Scopes of one namespace.
+func NamespaceLimits(scopes []kollect.Scope) Limits { return Limits{scopeLimits(scopes)} }
+
+// ClusterLimits are the limits of the ClusterScopes.
+func ClusterLimits(scopes []kollect.ClusterScope) Limits {
+	return Limits{clusterScopeLimits(scopes)}
+}
+
+// Floor is the highest minExportInterval of the limits, 0 when none sets one.
+func (l Limits) Floor() time.Duration {
+	floor, _ := l.ls.floor()
+	return floor
+}
+
+// Kind denies collecting a kind that some allowedGVKs leaves out.
+func (l Limits) Kind(group, kind string) *Denial {
+	var by []limit
+	for _, x := range l.ls {
+		if len(x.allowedGVKs) > 0 && !allowsKind(x.allowedGVKs, group, kind) {
+			by = append(by, x)
+		}
+	}
+	if len(by) == 0 {
+		return nil
+	}
+	return &Denial{Reason: kollect.ReasonScopeGVKDenied,
+		Message: fmt.Sprintf("kind %s is not in the allowedGVKs of %s: collection stopped, the items are kept", groupKindString(group, kind), names(by))}
+}
+
+// ProfileNamespace denies a ClusterTarget's Profile in a namespace outside
+// some referenceNamespaces.
+func (l Limits) ProfileNamespace(namespace string) *Denial {
+	by := l.ls.denying(func(x limit) []string { return x.referenceNamespaces }, namespace)
+	if len(by) == 0 {
+		return nil
+	}
+	return &Denial{Reason: kollect.ReasonScopeNamespaceDenied,
+		Message: fmt.Sprintf("the Profile's namespace %q is not in the referenceNamespaces of %s: collection stopped, the items are kept", namespace, names(by))}
+}
+
+// Sink denies an inventory's sink that a sink allowlist leaves out
+// (ScopeSinkDenied) or, for a ClusterInventory, whose namespace is outside
+// some referenceNamespaces (SinkNamespaceDenied). A ClusterInventory's sinks
+// are listed as "namespace/name" in ClusterScopes, an Inventory's by name.
+func (l Limits) Sink(family kollect.SinkFamily, namespace, name string, cluster bool) *Denial {
+	if cluster {
+		if by := l.ls.denying(func(x limit) []string { return x.referenceNamespaces }, namespace); len(by) > 0 {
+			return &Denial{Reason: kollect.ReasonSinkNamespaceDenied,
+				Message: fmt.Sprintf("the sink's namespace %q is not in the referenceNamespaces of %s: nothing more is exported there", namespace, names(by))}
+		}
+	}
+	allowed := name
+	if cluster {
+		allowed = namespace + "/" + name
+	}
+	for _, f := range families {
+		if f.family != family {
+			continue
+		}
+		if by := l.ls.denying(func(x limit) []string { return x.sinks[family] }, allowed); len(by) > 0 {
+			return &Denial{Reason: kollect.ReasonScopeSinkDenied,
+				Message: fmt.Sprintf("%s %q is not in the %s allowlist of %s: nothing more is exported there", f.sink.kind, allowed, f.field, names(by))}
+		}
+	}
+	return nil
+}
+
+// CollectsFrom tells whether a ClusterTarget may collect in a namespace:
+// it is in every allowedNamespaces that is set and in no deniedNamespaces.
+func (l Limits) CollectsFrom(namespace string) bool {
+	if len(l.ls.denying(func(x limit) []string { return x.allowedNamespaces }, namespace)) > 0 {
+		return false
+	}
+	for _, x := range l.ls {
+		if slices.Contains(x.deniedNamespaces, namespace) {
+			return false
+		}
+	}
+	return true
+}
+
+// IncludedNamespaces denies a ClusterTarget that names, in
+// includeNamespaces, namespaces it may not collect from. It still collects
+// from the others; the denied ones are left out.
+func (l Limits) IncludedNamespaces(include []string) *Denial {
+	var denied []string
+	for _, ns := range include {
+		if !l.CollectsFrom(ns) {
+			denied = append(denied, ns)
+		}
+	}
+	if len(denied) == 0 {
+		return nil
+	}
+	return &Denial{Reason: kollect.ReasonScopeNamespaceDenied,
+		Message: fmt.Sprintf("includeNamespaces lists %s, which the ClusterScopes do not allow (allowedNamespaces, deniedNamespaces): they are not collected", strings.Join(quoteAll(denied), ", "))}
+}
+
+func quoteAll(s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = fmt.Sprintf("%q", v)
+	}
+	return out
+}
+
+// RequesterUser is the user an object's status.requester records, as the
+// authorizer sees users.
+func RequesterUser(r *v1alpha1.RequesterInfo) user.Info {
+	u := &user.DefaultInfo{Name: r.Username, UID: r.UID, Groups: slices.Clone(r.Groups)}
+	if len(r.Extra) > 0 {
+		u.Extra = make(map[string][]string, len(r.Extra))
+		for k, v := range r.Extra {
+			u.Extra[k] = slices.Clone(v)
+		}
+	}
+	return u
+}
+
+// noRequester explains a denial of an object nobody is recorded for: with
+// authorization on, every admitted object records its requester, so one
+// without was written around the checks and gets no benefit of the doubt.
+const noRequester = "the object records no requester (status.requester), so whether it may use the reference cannot be checked; update its references to record you"
+
+// MayUse re-asks whether the requester may still hold `use` on a Profile
+// or sink (resource "profiles", "snapshotsinks", ...). A Denial means the
+// authorizer said no; an error means it could not answer and the caller
+// retries rather than treat the reference as forbidden.
+func MayUse(ctx context.Context, authz authorizer.Authorizer, requester *v1alpha1.RequesterInfo, resource, namespace, name string) (*Denial, error) {
+	r, ok := referencedByResource(resource)
+	if !ok {
+		return nil, fmt.Errorf("%s cannot be referenced", resource)
+	}
+	reason := kollect.ReasonSinkForbidden
+	if r == profiles {
+		reason = kollect.ReasonProfileForbidden
+	}
+	if requester == nil {
+		return &Denial{Reason: reason, Message: noRequester}, nil
+	}
+	attrs := useAttributes(r, namespace, name)
+	attrs.User = RequesterUser(requester)
+	why, allowed, err := ask(ctx, authz, attrs)
+	if allowed || err != nil {
+		return nil, err
+	}
+	msg := fmt.Sprintf("user %q, recorded as the requester, may no longer use %s %q in namespace %q (the verb %q on %s.%s): nothing more is done with it",
+		requester.Username, r.kind, name, namespace, VerbUse, r.resource, kollect.GroupName)
+	return &Denial{Reason: reason, Message: msg + why}, nil
+}
+
+// MayList re-asks whether the requester of a Target (namespace set) or
+// ClusterTarget (namespace empty) may still list what its Profile collects.
+// A revoked grant is reported as ProfileForbidden: the Profile can no
+// longer be used by this target.
+func MayList(ctx context.Context, authz authorizer.Authorizer, requester *v1alpha1.RequesterInfo, gvr schema.GroupVersionResource, namespace string) (*Denial, error) {
+	if requester == nil {
+		return &Denial{Reason: kollect.ReasonProfileForbidden, Message: noRequester}, nil
+	}
+	attrs := listAttributes(gvr, namespace)
+	attrs.User = RequesterUser(requester)
+	why, allowed, err := ask(ctx, authz, attrs)
+	if allowed || err != nil {
+		return nil, err
+	}
+	where := "across the cluster"
+	if namespace != "" {
+		where = fmt.Sprintf("in namespace %q", namespace)
+	}
+	msg := fmt.Sprintf("user %q, recorded as the requester, may no longer list %s %s, which the Profile collects: collection stopped, the items are kept",
+		requester.Username, resourceString(gvr), where)
+	return &Denial{Reason: kollect.ReasonProfileForbidden, Message: msg + why}, nil
+}
+
+// ask runs one authorization check. Only an answer counts as a denial: an
+// authorizer that fails (kube-apiserver unreachable) is an error to retry.
+func ask(ctx context.Context, authz authorizer.Authorizer, attrs authorizer.AttributesRecord) (why string, allowed bool, err error) {
+	decision, reason, err := authz.Authorize(ctx, attrs)
+	if decision == authorizer.DecisionAllow {
+		return "", true, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("asking the authorizer whether %q may %s %s: %w", attrs.User.GetName(), attrs.Verb, attrs.Resource, err)
+	}
+	if reason != "" {
+		why = " (" + reason + ")"
+	}
+	return why, false, nil
+}
+
+func referencedByResource(resource string) (referenced, bool) {
+	for _, r := range []referenced{profiles, snapshotSinks, databaseSinks, eventSinks} {
+		if r.resource == resource {
+			return r, true
+		}
+	}
+	return referenced{}, false
+}
+
+// ResourceOf is the resource a sink family's objects are served as.
+func ResourceOf(family kollect.SinkFamily) string {
+	for _, f := range families {
+		if f.family == family {
+			return f.sink.resource
+		}
+	}
+	return ""
+}
