@@ -247,10 +247,13 @@ const (
 	ReasonScopeNamespaceDenied = "ScopeNamespaceDenied"
 	ReasonScopeSinkDenied      = "ScopeSinkDenied"
 	ReasonSinkNamespaceDenied  = "SinkNamespaceDenied"
-	ReasonAsExpected           = "AsExpected"
-	ReasonProbeSucceeded       = "ProbeSucceeded"
-	ReasonProbeFailed          = "ProbeFailed"
-	ReasonNotProbed            = "NotProbed"
+	// ReasonTenantMode: a cluster-scoped object on a server started with
+	// --tenant-mode, which neither collects nor exports for them.
+	ReasonTenantMode     = "TenantMode"
+	ReasonAsExpected     = "AsExpected"
+	ReasonProbeSucceeded = "ProbeSucceeded"
+	ReasonProbeFailed    = "ProbeFailed"
+	ReasonNotProbed      = "NotProbed"
 )
 
 // Annotations and labels the server understands.

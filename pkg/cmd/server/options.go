@@ -186,8 +186,8 @@ func (o *Options) Run(ctx context.Context) error {
 		// authorizer admission asked.
 		authz := cfg.ExtraConfig.Registry.Tenancy.Authorizer
 		o.Controllers.Install(srv.GenericAPIServer, host, leader.Configs{
-			Collect: collect.Config{Items: srv.Items, ClusterItems: srv.ClusterItems, Authorizer: authz},
-			Export:  export.Config{StateDir: stateDir, Authorizer: authz},
+			Collect: collect.Config{Items: srv.Items, ClusterItems: srv.ClusterItems, Authorizer: authz, TenantMode: o.TenantMode},
+			Export:  export.Config{StateDir: stateDir, Authorizer: authz, TenantMode: o.TenantMode},
 		})
 	}
 	if o.afterConfig != nil {

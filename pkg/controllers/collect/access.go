@@ -51,6 +51,9 @@ func (c *Collector) clusterLimits() (tenancy.Limits, string) {
 // authorizer could not answer: the sync is retried, nothing changes.
 func (c *Collector) admit(ctx context.Context, v *view, cfg *targetConfig) (denied, partial *tenancy.Denial, err error) {
 	kind := v.key.kind()
+	if c.cfg.TenantMode && v.key.Cluster {
+		return tenancy.TenantModeDenial(kind), nil, nil
+	}
 	defer func() {
 		switch {
 		case err != nil:

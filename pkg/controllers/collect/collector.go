@@ -115,6 +115,9 @@ type Config struct {
 	// delegated authorizer). Nil skips the check: only a server without
 	// authorization has none.
 	Authorizer authorizer.Authorizer
+	// TenantMode (--tenant-mode) collects nothing for ClusterTargets;
+	// deleting one still deletes its items.
+	TenantMode bool
 }
 
 // Collector runs the collection controller.
@@ -585,6 +588,9 @@ func (c *Collector) syncTarget(ctx context.Context, key targetKey) error {
 
 	c.mu.Lock()
 	prev := t.cfg
+	if t.informer != nil && t.informer.gone.Load() {
+		prev = nil // resolve the kind again: it may be gone
+	}
 	c.mu.Unlock()
 	cfg, reason, msg, err := c.configure(v, prev)
 	if err != nil {
@@ -627,6 +633,10 @@ func (c *Collector) syncTarget(ctx context.Context, key targetKey) error {
 		t.cfg, t.reason, t.kindRetry = cfg, "", 0
 		if len(t.failed) == 0 {
 			t.lastError = ""
+		}
+		if t.informer != nil && t.informer.gone.Load() {
+			// The kind was gone and is served again: start over.
+			c.restartInformerLocked(t.informer, t.informer.shape)
 		}
 		c.useInformerLocked(t, cfg.gvr, need)
 	}

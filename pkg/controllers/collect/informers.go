@@ -4,6 +4,9 @@ import (
 	"context"
 	"maps"
 	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -53,6 +56,9 @@ type gvrInformer struct {
 	synced atomic.Bool
 	// listErr is the last list or watch error before the first sync.
 	listErr atomic.Pointer[string]
+	// gone is set when the resource stopped being served (its CRD was
+	// deleted): the users resolve their kind again.
+	gone atomic.Bool
 }
 
 // useInformer makes key a user of gvr with the given needs and returns the
@@ -129,6 +135,19 @@ func (c *Collector) startInformerLocked(e *gvrInformer) {
 	_ = inf.SetTransform(transform(e.shape))
 	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		cache.DefaultWatchErrorHandler(ctx, r, err)
+		if apierrors.IsNotFound(err) && e.gone.CompareAndSwap(false, true) {
+			// The reflector would retry forever against a resource that no
+			// longer exists; its targets find out and report KindNotFound.
+			c.mapperMu.Lock()
+			c.mapper.Reset()
+			c.mapperReset = time.Now()
+			c.mapperMu.Unlock()
+			c.mu.Lock()
+			for key := range e.users {
+				c.targetQueue.Add(key)
+			}
+			c.mu.Unlock()
+		}
 		if !e.synced.Load() {
 			msg := err.Error()
 			e.listErr.Store(&msg)

@@ -75,6 +75,9 @@ type Config struct {
 	// authorizer, which caches answers for seconds). Nil skips the check:
 	// only a server without authorization has none.
 	Authorizer authorizer.Authorizer
+	// TenantMode (--tenant-mode) exports nothing for ClusterInventories;
+	// deleting one still cleans up its sinks.
+	TenantMode bool
 }
 
 // invKey names an Inventory (Cluster false) or a ClusterInventory.
@@ -962,6 +965,10 @@ func (c *Controller) resolve(ctx context.Context, k exporterKey) (*resolved, err
 	}
 	if ref == nil {
 		return nil, errors.New("reference removed")
+	}
+	if c.cfg.TenantMode && k.inv.Cluster {
+		d := tenancy.TenantModeDenial(k.inv.kind())
+		return out, &resolveFailure{reason: d.Reason, message: d.Message}
 	}
 	kind, refType := k.inv.kind(), string(k.family)+"Sink"
 	sinkObj, err := c.sinkObject(k)

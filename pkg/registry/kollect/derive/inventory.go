@@ -66,6 +66,7 @@ var resolutionReasons = map[string]bool{
 	kollect.ReasonSinkForbidden:       true,
 	kollect.ReasonScopeSinkDenied:     true,
 	kollect.ReasonSinkNamespaceDenied: true,
+	kollect.ReasonTenantMode:          true,
 }
 
 // InventoryStatus derives the aggregate status of an Inventory or

@@ -33,6 +33,18 @@ type Denial struct {
 
 func (d *Denial) Error() string { return d.Reason + ": " + d.Message }
 
+// TenantModeDenial is what a ClusterTarget or ClusterInventory created
+// before --tenant-mode was turned on reports: the controllers no longer
+// collect or export for it, and deleting it still cleans up.
+func TenantModeDenial(kind string) *Denial {
+	doing := "collects"
+	if kind == "ClusterInventory" {
+		doing = "exports"
+	}
+	return &Denial{Reason: kollect.ReasonTenantMode,
+		Message: fmt.Sprintf("the server runs with --tenant-mode: no %s %s anything; delete it (deletion cleans up as usual)", kind, doing)}
+}
+
 // Limits are the Scopes of one namespace, or the ClusterScopes, as the
 // controllers apply them to existing objects.
 type Limits struct{ ls limits }
