@@ -78,8 +78,12 @@ func celIssue(errs []*common.Error) error {
 	first := errs[0]
 	// The parser lists every token it expected; the position says enough.
 	detail, _, _ := strings.Cut(first.Message, " expecting ")
-	msg := fmt.Sprintf("invalid CEL expression at line %d, column %d: %s",
-		first.Location.Line(), first.Location.Column()+1, detail)
+	msg := "invalid CEL expression: " + detail
+	// Some errors, such as exceeding the parser's recursion limit, are
+	// about the whole expression and have no position (line -1).
+	if line := first.Location.Line(); line >= 1 {
+		msg = fmt.Sprintf("invalid CEL expression at line %d, column %d: %s", line, first.Location.Column()+1, detail)
+	}
 	if len(errs) > 1 {
 		msg += fmt.Sprintf(" (and %d more errors)", len(errs)-1)
 	}

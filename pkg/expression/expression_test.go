@@ -95,6 +95,7 @@ func TestEvaluate(t *testing.T) {
 		{name: "cel wrong type at runtime", path: "cel:object.metadata.name + 1", evalErr: "CEL evaluation failed"},
 		{name: "cel NaN", path: "cel:double(object.spec.replicas) / 0.0 * 0.0", evalErr: "NaN"},
 		{name: "cel syntax error", path: "cel:object.spec.(", compileErr: "invalid CEL expression at line 1, column"},
+		{name: "cel nested too deeply has no position", path: "cel:" + strings.Repeat("[", 200) + strings.Repeat("]", 200), compileErr: "invalid CEL expression: expression recursion limit exceeded: 100"},
 		{name: "cel undeclared reference", path: "cel:self.spec", compileErr: "undeclared reference"},
 		{name: "cel empty", path: "cel: ", compileErr: "empty"},
 		{name: "cel nested loops over budget", path: "cel:object.spec.containers.map(a, object.spec.containers.map(b, object.spec.containers.map(c, a.name + b.name + c.name)))", compileErr: "too expensive"},

@@ -31,6 +31,10 @@ type Env struct {
 	Kollect *localcluster.Process
 	// KollectKubeconfig is the ServiceAccount identity Kollect runs with.
 	KollectKubeconfig string
+	// KollectOptions are the options Kollect was started with: a test
+	// starts another replica like it (other flags, the same data) from a
+	// copy.
+	KollectOptions localcluster.KollectOptions
 }
 
 // Options tune the environment.
@@ -106,10 +110,11 @@ func (env *Env) start(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	env.Kollect, err = env.Cluster.StartKollect(ctx, localcluster.KollectOptions{
+	env.KollectOptions = localcluster.KollectOptions{
 		Binary: binary, Kubeconfig: env.KollectKubeconfig,
 		AllowPrivateSinkEndpoints: opts.AllowPrivateSinkEndpoints, Args: opts.KollectArgs,
-	})
+	}
+	env.Kollect, err = env.Cluster.StartKollect(ctx, env.KollectOptions)
 	if err != nil {
 		return err
 	}

@@ -34,7 +34,11 @@ func ValidateClusterInventory(obj *kollect.ClusterInventory) field.ErrorList {
 	export := exportSpec{spec.TargetSelector, spec.ExportMinInterval, spec.SnapshotSinkRefs, spec.DatabaseSinkRefs, spec.EventSinkRefs}
 	errs := validateClusterMeta(&obj.ObjectMeta)
 	errs = append(errs, validateNamespaceName(spec.SinkNamespace, specPath.Child("sinkNamespace"))...)
-	errs = append(errs, validateRefNames(localRefNames(spec.TargetRefs), specPath.Child("targetRefs"))...)
+	if n := len(spec.TargetRefs); n > maxTargetRefs {
+		errs = append(errs, field.TooMany(specPath.Child("targetRefs"), n, maxTargetRefs))
+	} else {
+		errs = append(errs, validateRefNames(localRefNames(spec.TargetRefs), specPath.Child("targetRefs"))...)
+	}
 	return append(errs, export.validate(validateClusterSinkNamespace)...)
 }
 

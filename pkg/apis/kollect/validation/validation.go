@@ -51,6 +51,19 @@ const (
 	maxAttributeNameChars = 63
 )
 
+// Bounds of the lists Kubernetes itself leaves unbounded, so that a request
+// cannot make the controllers match every object against thousands of
+// entries.
+const (
+	// maxSelectorRequirements bounds the matchLabels and the
+	// matchExpressions of a label selector, each.
+	maxSelectorRequirements = 100
+	// maxSelectorValues bounds the values of one selector expression.
+	maxSelectorValues = 1000
+	// maxTargetRefs bounds the targetRefs of a ClusterInventory.
+	maxTargetRefs = 1000
+)
+
 var (
 	metadataPath = field.NewPath("metadata")
 	specPath     = field.NewPath("spec")
@@ -186,7 +199,32 @@ func validateUnique(values []string, at func(int) *field.Path, validate func(str
 	return errs
 }
 
+// validateSelector checks a label selector, and bounds its size: the
+// collector and the exporter match every object they see against it, and
+// Kubernetes sets no limit of its own.
 func validateSelector(selector *metav1.LabelSelector, fldPath *field.Path) field.ErrorList {
+	if selector == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if n := len(selector.MatchLabels); n > maxSelectorRequirements {
+		errs = append(errs, field.TooMany(fldPath.Child("matchLabels"), n, maxSelectorRequirements))
+	}
+	exprs := selector.MatchExpressions
+	if n := len(exprs); n > maxSelectorRequirements {
+		errs = append(errs, field.TooMany(fldPath.Child("matchExpressions"), n, maxSelectorRequirements))
+		exprs = exprs[:maxSelectorRequirements]
+	}
+	for i, expr := range exprs {
+		if n := len(expr.Values); n > maxSelectorValues {
+			errs = append(errs, field.TooMany(fldPath.Child("matchExpressions").Index(i).Child("values"), n, maxSelectorValues))
+		}
+	}
+	if len(errs) > 0 {
+		// Validating every entry of an oversized selector would only
+		// repeat the same point thousands of times.
+		return errs
+	}
 	return metav1validation.ValidateLabelSelector(selector, metav1validation.LabelSelectorValidationOptions{}, fldPath)
 }
 

@@ -107,8 +107,21 @@ func TestValid(t *testing.T) {
 		"profile update":          profileUpdate(func(p *kollect.Profile) { p.Spec.Attributes = p.Spec.Attributes[:1] }),
 		"target":                  target(noChange),
 		"target without selector": target(func(t *kollect.Target) { t.Spec.LabelSelector, t.Spec.Names = nil, nil }),
-		"cluster target":          clusterTarget(noChange),
-		"inventory":               inventory(noChange),
+		"target with a selector at the limits": target(func(t *kollect.Target) {
+			sel := &metav1.LabelSelector{MatchLabels: map[string]string{}}
+			for i := range 100 {
+				sel.MatchLabels[fmt.Sprintf("k%d", i)] = "v"
+				sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{Key: fmt.Sprintf("e%d", i), Operator: metav1.LabelSelectorOpExists})
+			}
+			in := metav1.LabelSelectorRequirement{Key: "app", Operator: metav1.LabelSelectorOpIn}
+			for i := range 1000 {
+				in.Values = append(in.Values, fmt.Sprintf("v%d", i))
+			}
+			sel.MatchExpressions[0] = in
+			t.Spec.LabelSelector = sel
+		}),
+		"cluster target": clusterTarget(noChange),
+		"inventory":      inventory(noChange),
 		"inventory with 20 refs": inventory(func(i *kollect.Inventory) {
 			i.Spec.SnapshotSinkRefs, i.Spec.DatabaseSinkRefs, i.Spec.EventSinkRefs = sinkRefs("s", 10), sinkRefs("d", 5), sinkRefs("e", 5)
 		}),
@@ -249,6 +262,26 @@ func TestInvalid(t *testing.T) {
 				t.Spec.Names[i] = fmt.Sprintf("n%d", i)
 			}
 		}), []fieldErr{{"spec.names", tooMany}}},
+		{"target with 10,000 matchLabels", target(func(t *kollect.Target) {
+			t.Spec.LabelSelector = &metav1.LabelSelector{MatchLabels: map[string]string{}}
+			for i := range 10000 {
+				t.Spec.LabelSelector.MatchLabels[fmt.Sprintf("k%d", i)] = "v"
+			}
+		}), []fieldErr{{"spec.labelSelector.matchLabels", tooMany}}},
+		{"target with 10,000 values in a selector expression", target(func(t *kollect.Target) {
+			req := metav1.LabelSelectorRequirement{Key: "app", Operator: metav1.LabelSelectorOpIn}
+			for i := range 10000 {
+				req.Values = append(req.Values, fmt.Sprintf("v%d", i))
+			}
+			t.Spec.LabelSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpExists}, req}}
+		}), []fieldErr{{"spec.labelSelector.matchExpressions[1].values", tooMany}}},
+		{"target with 101 selector expressions", target(func(t *kollect.Target) {
+			t.Spec.LabelSelector = &metav1.LabelSelector{}
+			for i := range 101 {
+				t.Spec.LabelSelector.MatchExpressions = append(t.Spec.LabelSelector.MatchExpressions,
+					metav1.LabelSelectorRequirement{Key: fmt.Sprintf("k%d", i), Operator: metav1.LabelSelectorOpExists})
+			}
+		}), []fieldErr{{"spec.labelSelector.matchExpressions", tooMany}}},
 
 		// ClusterTarget
 		{"cluster target without profileRef.namespace", clusterTarget(func(t *kollect.ClusterTarget) { t.Spec.ProfileRef.Namespace = "" }),
@@ -294,6 +327,18 @@ func TestInvalid(t *testing.T) {
 			i.Spec.TargetRefs = append(i.Spec.TargetRefs, i.Spec.TargetRefs[0])
 			i.Spec.ExportMinInterval = dur(24*time.Hour + time.Second)
 		}), []fieldErr{{"spec.exportMinInterval", invalid}, {"spec.snapshotSinkRefs[1].namespace", invalid}, {"spec.targetRefs[1].name", duplicate}}},
+		{"cluster inventory with 1001 target refs", clusterInventory(func(i *kollect.ClusterInventory) {
+			i.Spec.TargetRefs = nil
+			for n := range 1001 {
+				i.Spec.TargetRefs = append(i.Spec.TargetRefs, kollect.LocalObjectReference{Name: fmt.Sprintf("t%d", n)})
+			}
+		}), []fieldErr{{"spec.targetRefs", tooMany}}},
+		{"cluster inventory with 10,000 matchLabels in its target selector", clusterInventory(func(i *kollect.ClusterInventory) {
+			i.Spec.TargetSelector = &metav1.LabelSelector{MatchLabels: map[string]string{}}
+			for n := range 10000 {
+				i.Spec.TargetSelector.MatchLabels[fmt.Sprintf("k%d", n)] = "v"
+			}
+		}), []fieldErr{{"spec.targetSelector.matchLabels", tooMany}}},
 		{"cluster inventory with 21 sink refs", clusterInventory(func(i *kollect.ClusterInventory) {
 			i.Spec.SnapshotSinkRefs, i.Spec.DatabaseSinkRefs = sinkRefs("s", 2), sinkRefs("d", 19)
 		}), []fieldErr{{"spec.databaseSinkRefs", tooMany}}},

@@ -22,5 +22,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 	if err != nil {
 		return nil, nil, err
 	}
-	return common.NewREST(store, k), common.NewStatusREST(store, status), nil
+	// With --tenant-mode a user's status write is refused like any update.
+	statusREST := common.NewStatusREST(store, status).WithAdmission(common.TenantModeStatus(opts.Tenancy, k.Resource))
+	return common.NewREST(store, k), statusREST, nil
 }

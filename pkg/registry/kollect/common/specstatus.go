@@ -84,7 +84,7 @@ func (s mainStrategy[T, P, S]) PrepareForUpdate(ctx context.Context, obj, old ru
 }
 
 func (s mainStrategy[T, P, S]) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
-	return s.kind.Validate(obj.(T))
+	return append(validateNewMeta(s.kind.Meta(obj.(T))), s.kind.Validate(obj.(T))...)
 }
 
 func (s mainStrategy[T, P, S]) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {

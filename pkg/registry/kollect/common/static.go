@@ -44,7 +44,7 @@ func (s staticStrategy[T]) PrepareForUpdate(_ context.Context, obj, old runtime.
 }
 
 func (s staticStrategy[T]) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
-	return s.kind.Validate(obj.(T))
+	return append(validateNewMeta(s.kind.Meta(obj.(T))), s.kind.Validate(obj.(T))...)
 }
 
 func (s staticStrategy[T]) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {

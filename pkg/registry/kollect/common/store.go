@@ -105,13 +105,15 @@ func NewREST(store *genericregistry.Store, k Kind) *REST {
 
 // Create stores a new object once the kind's admission allows it.
 func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
-	return r.Store.Create(ctx, obj, r.admitCreate(createValidation), options)
+	out, err := r.Store.Create(ctx, obj, r.admitCreate(createValidation), options)
+	return out, storageError(err)
 }
 
 // Update replaces an object (or creates it, for server-side apply) once the
 // kind's admission allows it. Patches and applies come through here too.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
-	return r.Store.Update(ctx, name, objInfo, r.admitCreate(createValidation), r.admitUpdate(updateValidation), forceAllowCreate, options)
+	out, created, err := r.Store.Update(ctx, name, patchErrors(ctx, objInfo), r.admitCreate(createValidation), r.admitUpdate(updateValidation), forceAllowCreate, options)
+	return out, created, storageError(err)
 }
 
 // admitCreate runs the request's own validating admission, then the kind's.
@@ -154,6 +156,20 @@ func (r *REST) Categories() []string { return []string{Category} }
 // strategy, exposing only get, update and patch.
 type StatusREST struct {
 	store *genericregistry.Store
+	// admit, when set, checks a status write against more than the
+	// object, like Kind.Admission does for the main resource.
+	admit StatusAdmission
+}
+
+// StatusAdmission checks a status write after the status strategy has
+// prepared and validated it, inside the storage update.
+type StatusAdmission func(ctx context.Context, obj, old runtime.Object) error
+
+// WithAdmission returns the subresource with admit checking every write;
+// a nil admit checks nothing.
+func (r *StatusREST) WithAdmission(admit StatusAdmission) *StatusREST {
+	r.admit = admit
+	return r
 }
 
 // NewStatusREST derives the status subresource from a kind's store.
@@ -178,7 +194,24 @@ func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOp
 // Update writes status; spec and metadata changes are discarded by the strategy.
 func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
 	// Status is never created through the subresource.
-	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
+	out, created, err := r.store.Update(ctx, name, patchErrors(ctx, objInfo), createValidation, r.admitUpdate(updateValidation), false, options)
+	return out, created, storageError(err)
+}
+
+// admitUpdate runs the request's own validating admission, then the
+// subresource's.
+func (r *StatusREST) admitUpdate(next rest.ValidateObjectUpdateFunc) rest.ValidateObjectUpdateFunc {
+	if r.admit == nil {
+		return next
+	}
+	return func(ctx context.Context, obj, old runtime.Object) error {
+		if next != nil {
+			if err := next(ctx, obj, old); err != nil {
+				return err
+			}
+		}
+		return r.admit(ctx, obj, old)
+	}
 }
 
 // GetResetFields implements rest.ResetFieldsStrategy.
