@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"slices"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -19,6 +20,7 @@ import (
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/apiserver/pkg/util/compatibility"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
@@ -48,6 +50,9 @@ type Options struct {
 	// ServiceName and ServiceNamespace name the Service the APIService routes
 	// through; the self-signed serving certificate is valid for it.
 	ServiceName, ServiceNamespace string
+	// MemoryLimitRatio is the share of the cgroup's memory limit set as the
+	// Go runtime's soft memory limit; 0 leaves the runtime's default.
+	MemoryLimitRatio float64
 	// Controllers configure the embedded controllers and their leader
 	// election. They run only with a host cluster (Recommended.CoreAPI).
 	Controllers *leader.Options
@@ -57,6 +62,16 @@ type Options struct {
 	afterConfig func(*rest.Config)
 }
 
+// DefaultWatchCacheSizes turns the watch cache off for the item kinds, as
+// kube-apiserver does for Events: there is one item per collected object,
+// and their cache (every item decoded, the event history, and a B-tree
+// snapshot per write for paginated lists) was half of the heap at 100,000
+// items. Without it, watches of items are etcd watches (the same
+// resourceVersion semantics, 410 Gone once etcd has compacted) and lists
+// read etcd. --watch-cache-sizes replaces this list: leaving a kind out, or
+// naming it with a non-zero size, turns its cache back on.
+var DefaultWatchCacheSizes = []string{"inventoryitems.kollect.dev#0", "clusterinventoryitems.kollect.dev#0"}
+
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	o := &Options{
@@ -64,9 +79,11 @@ func NewOptions() *Options {
 		DataDir:          "kollect-data",
 		ServiceName:      "kollect-api",
 		ServiceNamespace: "kollect-system",
+		MemoryLimitRatio: DefaultMemoryLimitRatio,
 		Controllers:      leader.NewOptions(),
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
+	o.Recommended.Etcd.WatchCacheSizes = slices.Clone(DefaultWatchCacheSizes)
 	// Validation lives in the registry strategies; webhooks and admission
 	// policies stay off unless enabled explicitly, so the only default
 	// plugin is NamespaceLifecycle (no objects in missing namespaces).
@@ -85,11 +102,16 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Reject creating and updating ClusterTargets, ClusterInventories and ClusterScopes (deleting them stays allowed), for installs where namespaces are the only unit of tenancy.")
 	fs.StringVar(&o.ServiceName, "service-name", o.ServiceName, "Name of the Service in front of this server; the self-signed serving certificate is valid for it.")
 	fs.StringVar(&o.ServiceNamespace, "service-namespace", o.ServiceNamespace, "Namespace of that Service.")
+	fs.Float64Var(&o.MemoryLimitRatio, "memory-limit-ratio", o.MemoryLimitRatio,
+		"Set the Go runtime's soft memory limit to this share of the container's memory limit (cgroup memory.max), so that garbage collection tightens before the container is killed. Ignored when GOMEMLIMIT is set or without a limit; 0 turns it off.")
 	o.Controllers.AddFlags(fs)
 }
 
 // Validate checks the flags.
 func (o *Options) Validate() error {
+	if o.MemoryLimitRatio < 0 || o.MemoryLimitRatio > 1 {
+		return fmt.Errorf("--memory-limit-ratio must be between 0 and 1, not %v", o.MemoryLimitRatio)
+	}
 	rec := *o.Recommended
 	if o.embedded() {
 		if o.DataDir == "" {
@@ -154,6 +176,9 @@ func (o *Options) Config() (*apiserver.Config, error) {
 // Run starts the embedded etcd when needed, serves until ctx is done, and
 // stops etcd after the server has drained.
 func (o *Options) Run(ctx context.Context) error {
+	if limit, of := applyMemoryLimit(o.MemoryLimitRatio); limit > 0 {
+		klog.FromContext(ctx).Info("Set the Go soft memory limit from the cgroup's", "limitBytes", limit, "cgroupLimitBytes", of, "ratio", o.MemoryLimitRatio)
+	}
 	if o.embedded() {
 		dir, err := filepath.Abs(o.DataDir)
 		if err != nil {
