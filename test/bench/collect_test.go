@@ -44,7 +44,8 @@ import (
 // most 1 GiB, change latency p99 at most 500 ms. Nothing is asserted.
 // KOLLECT_BENCH_SIZES (comma-separated, default 10000,100000) picks the
 // sizes; KOLLECT_BENCH_PPROF names a directory for heap and allocation
-// profiles of kollect-apiserver taken after each initial sync.
+// profiles of kollect-apiserver taken after each initial sync, and a CPU
+// profile of its first 30 seconds.
 func BenchmarkCollection(b *testing.B) {
 	sizes := []int{10_000, 100_000}
 	if s := os.Getenv("KOLLECT_BENCH_SIZES"); s != "" {
@@ -106,6 +107,22 @@ func BenchmarkCollection(b *testing.B) {
 			b.Fatal(err)
 		}
 		start := time.Now()
+		cpuProfiled := make(chan struct{})
+		if dir := os.Getenv("KOLLECT_BENCH_PPROF"); dir != "" {
+			go func() {
+				defer close(cpuProfiled)
+				cs, err := kubernetes.NewForConfig(env.Cluster.KollectRESTConfig(env.Kollect))
+				if err != nil {
+					return
+				}
+				body, err := cs.Discovery().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "30").Timeout(time.Minute).DoRaw(ctx)
+				if err == nil {
+					_ = os.WriteFile(fmt.Sprintf("%s/cpu-%d.pprof", dir, n), body, 0o644)
+				}
+			}()
+		} else {
+			close(cpuProfiled)
+		}
 		if _, err := env.Client.KollectV1alpha1().Targets(ns).Create(ctx, &v1alpha1.Target{
 			ObjectMeta: metav1.ObjectMeta{Name: "configmaps", Namespace: ns},
 			Spec: v1alpha1.TargetSpec{
@@ -128,6 +145,7 @@ func BenchmarkCollection(b *testing.B) {
 			}
 		}
 		elapsed := time.Since(start)
+		<-cpuProfiled
 		f := syncFigures{n: n, elapsed: elapsed, rss: peakRSS(env.Kollect.Pid())}
 		if m, err := etcdMetrics(ctx, env.Etcd.URL()); err == nil {
 			f.dbSize = metric(m, "etcd_mvcc_db_total_size_in_bytes")

@@ -30,7 +30,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -147,7 +146,7 @@ type Collector struct {
 	recorder events.EventRecorder
 
 	targetQueue workqueue.TypedRateLimitingInterface[targetKey]
-	objectQueue workqueue.TypedRateLimitingInterface[objectKey]
+	objectQueue workqueue.TypedRateLimitingInterface[queuedObject]
 	statusQueue workqueue.TypedRateLimitingInterface[targetKey]
 
 	runCtx context.Context
@@ -213,6 +212,8 @@ type targetConfig struct {
 	// writes); labelsKey is their canonical string.
 	labels    map[string]string
 	labelsKey string
+	// fields is what extraction reads of objects (profileFields).
+	fields string
 }
 
 // New builds a collector; Run starts it.
@@ -270,8 +271,8 @@ func (c *Collector) Run(ctx context.Context) error {
 	c.runCtx = ctx
 	c.targetQueue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[targetKey](),
 		workqueue.TypedRateLimitingQueueConfig[targetKey]{Name: "kollect_collect_targets"})
-	c.objectQueue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[objectKey](),
-		workqueue.TypedRateLimitingQueueConfig[objectKey]{Name: "kollect_collect_objects"})
+	c.objectQueue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[queuedObject](),
+		workqueue.TypedRateLimitingQueueConfig[queuedObject]{Name: "kollect_collect_objects"})
 	c.statusQueue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[targetKey](),
 		workqueue.TypedRateLimitingQueueConfig[targetKey]{Name: "kollect_collect_status"})
 
@@ -323,7 +324,9 @@ func (c *Collector) Run(ctx context.Context) error {
 		}
 	}
 	run(2, func() { processQueue(ctx, c.targetQueue, "Target", c.syncTarget) })
-	run(c.workers, func() { processQueue(ctx, c.objectQueue, "Object", c.syncObject) })
+	run(c.workers, func() {
+		processQueue(ctx, c.objectQueue, "Object", func(ctx context.Context, k queuedObject) error { return c.syncObject(ctx, k.key()) })
+	})
 	run(2, func() { processQueue(ctx, c.statusQueue, "Status", c.syncStatus) })
 	run(1, func() {
 		// The walk at start ran above; the next ones every resync period.
@@ -478,7 +481,7 @@ func (c *Collector) namespaceEvent(obj any) {
 	}
 	c.mu.Unlock()
 	for _, key := range keys {
-		c.objectQueue.Add(objectKey{target: key, namespace: ns})
+		c.objectQueue.Add(objectKey{target: key, namespace: ns}.queued())
 		if key.Cluster {
 			c.statusQueue.AddAfter(key, statusDelay)
 		}
@@ -622,7 +625,7 @@ func (c *Collector) syncTarget(ctx context.Context, key targetKey) error {
 		c.releaseInformerLocked(t)
 		t.cfg, t.reason, t.lastError = nil, "", ""
 	default:
-		need := informerShape{keepManagedFields: cfg.extractor.KeepsManagedFields(), keepLastApplied: cfg.extractor.KeepsLastApplied()}
+		need := informerShape{keepManagedFields: cfg.extractor.KeepsManagedFields(), keepLastApplied: cfg.extractor.KeepsLastApplied(), fields: cfg.fields}
 		if cfg.namespaced {
 			if !key.Cluster {
 				need.namespace = key.Namespace
@@ -711,6 +714,7 @@ func (c *Collector) configure(v *view, prev *targetConfig) (cfg *targetConfig, r
 		profile:     v.profile,
 		fingerprint: fingerprint,
 		extractor:   ext,
+		fields:      profileFields(p),
 		gvk:         gvk,
 		gvr:         mapping.Resource,
 		namespaced:  namespaced,
@@ -795,13 +799,13 @@ func (c *Collector) walk(key targetKey, namespace string, full bool) {
 		objs = indexer.List()
 	}
 	for _, o := range objs {
-		if u, ok := o.(*unstructured.Unstructured); ok && c.matches(key, cfg, u) {
-			c.objectQueue.Add(objectKey{target: key, namespace: u.GetNamespace(), name: u.GetName()})
+		if obj, ok := o.(*cachedObject); ok && c.matches(key, cfg, obj) {
+			c.objectQueue.Add(objectKey{target: key, namespace: obj.Namespace(), name: obj.name}.queued())
 		}
 	}
 	// The queue de-duplicates: objects both matched and indexed run once.
 	for _, k := range known {
-		c.objectQueue.Add(k)
+		c.objectQueue.Add(k.queued())
 	}
 }
 
@@ -832,7 +836,7 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) error {
 	if err != nil {
 		return err
 	}
-	obj, _ := raw.(*unstructured.Unstructured)
+	obj, _ := raw.(*cachedObject)
 	if !exists || obj == nil || !c.matches(k.target, cfg, obj) {
 		c.setFailure(t, objKey, nil)
 		if !had {
@@ -846,7 +850,7 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) error {
 		return nil
 	}
 
-	source := extract.SourceOf(obj)
+	source := obj.Source()
 	name := extract.ItemName(k.target.Name, source)
 	same := had && oldName == name && old.labels == cfg.labelsKey
 	if same && old.extractedWith == cfg.fingerprint && old.sourceRV == source.ResourceVersion {
@@ -854,7 +858,11 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) error {
 		c.countWrite(store.kind(), metrics.OpSkip)
 		return nil
 	}
-	content, err := cfg.extractor.Extract(ctx, obj.Object)
+	var content extract.Content
+	object, err := obj.Object()
+	if err == nil {
+		content, err = cfg.extractor.Extract(ctx, object)
+	}
 	if err != nil {
 		metrics.ReconcileErrors.WithLabelValues(k.target.kind(), "extraction").Inc()
 		c.setFailure(t, objKey, fmt.Errorf("%s %s: %w", source.Kind, objKey, err))
@@ -862,11 +870,12 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) error {
 	}
 	c.setFailure(t, objKey, nil)
 	hash := extract.Hash(source, content)
-	entry := &itemEntry{objKey: objKey, hash: hash, labels: cfg.labelsKey, sourceRV: source.ResourceVersion, extractedWith: cfg.fingerprint}
-	if same && old.hash == hash {
+	sum := hashOf(hash)
+	entry := &itemEntry{objKey: objKey, hash: sum, labels: cfg.labelsKey, sourceRV: source.ResourceVersion, extractedWith: cfg.fingerprint}
+	if same && old.hash == sum {
 		c.countWrite(store.kind(), metrics.OpSkip)
 		c.mu.Lock()
-		if cur := t.items[name]; cur != nil && cur.hash == hash {
+		if cur := t.items[name]; cur != nil && cur.hash == sum {
 			cur.sourceRV, cur.extractedWith = source.ResourceVersion, cfg.fingerprint
 		}
 		c.mu.Unlock()
@@ -968,8 +977,7 @@ func (c *Collector) resync(ctx context.Context) error {
 	var orphans []storedItem
 	var clusterOrphans []storedItem
 	byLabel := func(cluster bool, s storedItem) {
-		l := s.labels[labelTarget]
-		key := targetKey{Cluster: cluster, Namespace: s.namespace, Name: l}
+		key := targetKey{Cluster: cluster, Namespace: s.namespace, Name: s.target}
 		stored[key] = append(stored[key], s)
 	}
 	if err := c.itemStore.list(ctx, "", labels.Everything(), func(s storedItem) { byLabel(false, s) }); err != nil {

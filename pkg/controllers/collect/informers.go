@@ -19,11 +19,13 @@ import (
 )
 
 // informerShape is what an informer keeps: the namespace it lists ("" for
-// all) and which noisy metadata survives its transform.
+// all), which noisy metadata survives its transform, and which fields of
+// objects (profileFields; "" for all).
 type informerShape struct {
 	namespace         string
 	keepManagedFields bool
 	keepLastApplied   bool
+	fields            string
 }
 
 // combine is the smallest shape that serves every user: one namespace only
@@ -33,9 +35,12 @@ func combine(needs map[targetKey]informerShape) informerShape {
 	first := true
 	for _, n := range needs {
 		if first {
-			out.namespace, first = n.namespace, false
-		} else if out.namespace != n.namespace {
-			out.namespace = ""
+			out.namespace, out.fields, first = n.namespace, n.fields, false
+		} else {
+			if out.namespace != n.namespace {
+				out.namespace = ""
+			}
+			out.fields = unionFields(out.fields, n.fields)
 		}
 		out.keepManagedFields = out.keepManagedFields || n.keepManagedFields
 		out.keepLastApplied = out.keepLastApplied || n.keepLastApplied
@@ -131,8 +136,12 @@ func (c *Collector) startInformerLocked(e *gvrInformer) {
 	ctx, cancel := context.WithCancel(c.runCtx)
 	e.cancel = cancel
 	inf := dynamicinformer.NewFilteredDynamicInformer(c.dynamic, e.gvr, e.shape.namespace, 0,
-		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil).Informer()
-	_ = inf.SetTransform(transform(e.shape))
+		cache.Indexers{cache.NamespaceIndex: namespaceIndex}, nil).Informer()
+	prune, fields := transform(e.shape), newFieldTree(e.shape.fields)
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		obj, err := prune(obj)
+		return compact(obj, fields), err
+	})
 	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		cache.DefaultWatchErrorHandler(ctx, r, err)
 		if apierrors.IsNotFound(err) && e.gone.CompareAndSwap(false, true) {
@@ -157,9 +166,9 @@ func (c *Collector) startInformerLocked(e *gvrInformer) {
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.objectEvent(e, obj) },
 		UpdateFunc: func(oldObj, newObj any) {
-			o, ok1 := oldObj.(*unstructured.Unstructured)
-			n, ok2 := newObj.(*unstructured.Unstructured)
-			if ok1 && ok2 && o.GetResourceVersion() == n.GetResourceVersion() {
+			o, ok1 := oldObj.(*cachedObject)
+			n, ok2 := newObj.(*cachedObject)
+			if ok1 && ok2 && o.resourceVersion == n.resourceVersion {
 				return
 			}
 			c.objectEvent(e, newObj)
@@ -232,12 +241,8 @@ func transform(shape informerShape) cache.TransformFunc {
 // may collect the object.
 func (c *Collector) objectEvent(e *gvrInformer, obj any) {
 	metrics.CollectEvents.WithLabelValues(e.label).Inc()
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
-		return
-	}
-	ns, name, err := cache.SplitMetaNamespaceKey(key)
-	if err != nil {
+	ns, name, ok := objectName(obj)
+	if !ok {
 		return
 	}
 	c.mu.Lock()
@@ -252,6 +257,6 @@ func (c *Collector) objectEvent(e *gvrInformer, obj any) {
 	}
 	c.mu.Unlock()
 	for _, k := range keys {
-		c.objectQueue.Add(objectKey{target: k, namespace: ns, name: name})
+		c.objectQueue.Add(objectKey{target: k, namespace: ns, name: name}.queued())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"unique"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
@@ -63,16 +64,28 @@ type desiredItem struct {
 	hash            string
 }
 
-// storedItem is what a full walk needs of a stored item.
+// storedItem is what a full walk needs of a stored item: strings only, so
+// that a walk over every item does not hold each one's label map.
 type storedItem struct {
 	namespace, name string
-	labels          map[string]string
-	source          kollect.ItemSource
-	hash            string
+	target          string // the item's kollect.dev/target label
+	labels          string // labelsKey of the item's labels
+	objKey          string // namespace/name of the source object
+	sourceRV        string
+	hash            itemHash
 }
 
 func storedOf(meta *metav1.ObjectMeta, source kollect.ItemSource, hash string) storedItem {
-	return storedItem{namespace: meta.Namespace, name: meta.Name, labels: meta.Labels, source: source, hash: hash}
+	return storedItem{
+		namespace: meta.Namespace,
+		name:      meta.Name,
+		target:    meta.Labels[labelTarget],
+		// The items of a target share their labels: one copy for all.
+		labels:   unique.Make(labelsKey(meta.Labels)).Value(),
+		objKey:   objectKeyOf(source.Namespace, source.Name),
+		sourceRV: source.ResourceVersion,
+		hash:     hashOf(hash),
+	}
 }
 
 // itemStore writes one item kind in process, through the registry.
@@ -190,13 +203,30 @@ func (c *Collector) storeFor(key targetKey) itemStore {
 // there is one per item.
 type itemEntry struct {
 	objKey   string // namespace/name of the source object
-	hash     string
-	labels   string // labelsKey of the item's labels
+	hash     itemHash
+	labels   string // labelsKey of the item's labels, shared by the target's items
 	sourceRV string
 	// extractedWith is the configuration fingerprint the hash was computed
 	// with; with an unchanged source resourceVersion it lets a walk skip
 	// extraction. Empty when unknown (read back from storage).
 	extractedWith string
+}
+
+// itemHash is an item's content hash (extract.Hash) as bytes rather than
+// 64 hex digits.
+type itemHash [sha256.Size]byte
+
+// hashOf parses a hash; one that does not parse (not written by this
+// collector) is the zero hash, which no content has: the item is rewritten.
+func hashOf(hexHash string) itemHash {
+	var h itemHash
+	if len(hexHash) != hex.EncodedLen(len(h)) {
+		return itemHash{}
+	}
+	if _, err := hex.Decode(h[:], []byte(hexHash)); err != nil {
+		return itemHash{}
+	}
+	return h
 }
 
 // objectKeyOf is the cache key of a source: namespace/name, or name.
@@ -232,12 +262,7 @@ func labelsKey(l map[string]string) string {
 
 // entryOf turns a stored item into an index entry.
 func entryOf(s storedItem) *itemEntry {
-	return &itemEntry{
-		objKey:   objectKeyOf(s.source.Namespace, s.source.Name),
-		hash:     s.hash,
-		labels:   labelsKey(s.labels),
-		sourceRV: s.source.ResourceVersion,
-	}
+	return &itemEntry{objKey: s.objKey, hash: s.hash, labels: s.labels, sourceRV: s.sourceRV}
 }
 
 // deleteAllItems deletes every stored item of a target, read from storage

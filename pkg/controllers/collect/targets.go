@@ -7,7 +7,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -220,7 +219,12 @@ const (
 // says enabled or disabled, wins over its namespace's; disabled excludes.
 // The label never adds an object the selectors do not pick.
 func watched(objLabels, nsLabels map[string]string) bool {
-	switch objLabels[labelWatch] {
+	return watchedValue(objLabels[labelWatch], nsLabels)
+}
+
+// watchedValue is watched given the value of the object's label.
+func watchedValue(objLabel string, nsLabels map[string]string) bool {
+	switch objLabel {
 	case watchEnabled:
 		return true
 	case watchDisabled:
@@ -230,10 +234,10 @@ func watched(objLabels, nsLabels map[string]string) bool {
 }
 
 // matches says whether a target collects an object.
-func (c *Collector) matches(key targetKey, cfg *targetConfig, obj *unstructured.Unstructured) bool {
+func (c *Collector) matches(key targetKey, cfg *targetConfig, obj *cachedObject) bool {
 	var nsLabels map[string]string
 	if cfg.namespaced {
-		ns := obj.GetNamespace()
+		ns := obj.Namespace()
 		if !key.Cluster && ns != key.Namespace {
 			return false
 		}
@@ -249,14 +253,13 @@ func (c *Collector) matches(key targetKey, cfg *targetConfig, obj *unstructured.
 			return false
 		}
 	}
-	if cfg.sel.names.Len() > 0 && !cfg.sel.names.Has(obj.GetName()) {
+	if cfg.sel.names.Len() > 0 && !cfg.sel.names.Has(obj.name) {
 		return false
 	}
-	objLabels := obj.GetLabels()
-	if !cfg.sel.objects.Matches(labels.Set(objLabels)) {
+	if !cfg.sel.objects.Matches(obj.labels) {
 		return false
 	}
-	return watched(objLabels, nsLabels)
+	return watchedValue(obj.labels.Get(labelWatch), nsLabels)
 }
 
 // matchedNamespaces lists, sorted, the namespaces a ClusterTarget collects from.

@@ -1,0 +1,42 @@
+package collect
+
+import (
+	"encoding/hex"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/controllers/extract"
+)
+
+func TestHashOf(t *testing.T) {
+	hash := extract.Hash(kollect.ItemSource{APIVersion: "v1", Kind: "ConfigMap", Name: "a", UID: "u"}, extract.Content{})
+	sum := hashOf(hash)
+	if hex.EncodeToString(sum[:]) != hash {
+		t.Errorf("hashOf(%s) = %x", hash, sum)
+	}
+	for _, bad := range []string{"", "abc", strings.Repeat("z", 64), hash + "00"} {
+		if hashOf(bad) != (itemHash{}) {
+			t.Errorf("hashOf(%q) is not the zero hash", bad)
+		}
+	}
+}
+
+func TestStoredOf(t *testing.T) {
+	l := func() map[string]string { return map[string]string{labelTarget: "web", labelProfile: "p"} }
+	source := kollect.ItemSource{Namespace: "ns", Name: "obj", ResourceVersion: "5"}
+	hash := extract.Hash(source, extract.Content{})
+	a := storedOf(&metav1.ObjectMeta{Namespace: "ns", Name: "web-1", Labels: l()}, source, hash)
+	b := storedOf(&metav1.ObjectMeta{Namespace: "ns", Name: "web-2", Labels: l()}, source, hash)
+	if a.target != "web" || a.labels != labelsKey(l()) || a.objKey != "ns/obj" || a.sourceRV != "5" || a.hash != hashOf(hash) {
+		t.Errorf("storedOf: %+v", a)
+	}
+	if e := entryOf(a); e.objKey != a.objKey || e.hash != a.hash || e.labels != a.labels || e.sourceRV != a.sourceRV || e.extractedWith != "" {
+		t.Errorf("entryOf: %+v", e)
+	}
+	if a.labels != b.labels {
+		t.Error("equal labels must compare equal")
+	}
+}
