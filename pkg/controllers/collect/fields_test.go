@@ -108,19 +108,30 @@ func TestFieldsKeepExtraction(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", paths, err)
 		}
-		// As the informer transforms: the metadata first, then the fields.
-		shape := informerShape{keepManagedFields: e.KeepsManagedFields(), keepLastApplied: e.KeepsLastApplied(), fields: profileFields(p)}
 		for _, data := range fieldObjects {
-			whole, _ := transform(shape)(decodeJSON(t, data))
-			want := extracted(t, e, runtime.DeepCopyJSON(whole.(*unstructured.Unstructured).Object))
-			trimmed, err := compact(whole, newFieldTree(shape.fields)).(*cachedObject).Object()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := extracted(t, e, trimmed); got != want {
-				t.Errorf("%v on %s (fields %s):\n got %s\nwant %s", paths, data, shape.fields, got, want)
-			}
+			checkTrimmed(t, p, e, data)
 		}
+	}
+}
+
+// checkTrimmed compares extraction from an object with extraction from the
+// object as the informer keeps it for the Profile: the metadata transform
+// first, then trimmed to the Profile's fields.
+func checkTrimmed(t *testing.T, p *v1alpha1.Profile, e *extract.Extractor, data string) {
+	t.Helper()
+	shape := informerShape{keepManagedFields: e.KeepsManagedFields(), keepLastApplied: e.KeepsLastApplied(), fields: profileFields(p)}
+	whole, _ := transform(shape)(decodeJSON(t, data))
+	want := extracted(t, e, runtime.DeepCopyJSON(whole.(*unstructured.Unstructured).Object))
+	trimmed, err := compact(whole, newFieldTree(shape.fields)).(*cachedObject).Object()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := extracted(t, e, trimmed); got != want {
+		var paths []string
+		for _, a := range p.Spec.Attributes {
+			paths = append(paths, a.Path)
+		}
+		t.Errorf("%q on %s (fields %s):\n got %s\nwant %s", paths, data, shape.fields, got, want)
 	}
 }
 
@@ -209,4 +220,24 @@ func TestCompactTrimmedMeta(t *testing.T) {
 	if _, ok := obj["metadata"]; ok || obj["data"].(map[string]any)["value"] != "v0" || len(obj["data"].(map[string]any)) != 1 {
 		t.Errorf("kept %v", obj)
 	}
+}
+
+// FuzzFieldsKeepExtraction: for any attribute path the Profile validation
+// accepts, trimming an object to the fields the analysis finds must not
+// change what extraction makes of it, and the analysis must not panic.
+func FuzzFieldsKeepExtraction(f *testing.F) {
+	for i, p := range fieldPaths {
+		f.Add(p, uint8(i))
+	}
+	f.Fuzz(func(t *testing.T, path string, which uint8) {
+		if len(path) > 256 {
+			return
+		}
+		p := profileOf(path)
+		e, err := extract.New(p)
+		if err != nil {
+			return // rejected at admission
+		}
+		checkTrimmed(t, p, e, fieldObjects[int(which)%len(fieldObjects)])
+	})
 }
