@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
-	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/metrics"
 	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
@@ -23,11 +22,7 @@ import (
 // namespaceLimits are the Scopes of a Target's namespace.
 func (c *Collector) namespaceLimits(namespace string) tenancy.Limits {
 	list, _ := c.scopeLister.Scopes(namespace).List(labels.Everything())
-	scopes := make([]kollect.Scope, len(list))
-	for i, s := range list {
-		_ = v1alpha1.Convert_v1alpha1_Scope_To_kollect_Scope(s, &scopes[i], nil)
-	}
-	return tenancy.NamespaceLimits(scopes)
+	return tenancy.ScopeLimits(list)
 }
 
 // clusterLimits are the ClusterScopes, and a fingerprint of them that
@@ -35,14 +30,12 @@ func (c *Collector) namespaceLimits(namespace string) tenancy.Limits {
 // depend on them, so a new fingerprint means a new walk.
 func (c *Collector) clusterLimits() (tenancy.Limits, string) {
 	list, _ := c.clusterScopeLister.List(labels.Everything())
-	scopes := make([]kollect.ClusterScope, len(list))
 	fp := make([]string, len(list))
 	for i, s := range list {
-		_ = v1alpha1.Convert_v1alpha1_ClusterScope_To_kollect_ClusterScope(s, &scopes[i], nil)
 		fp[i] = s.Name + "@" + s.ResourceVersion
 	}
 	sort.Strings(fp)
-	return tenancy.ClusterLimits(scopes), strings.Join(fp, ",")
+	return tenancy.ClusterScopeLimits(list), strings.Join(fp, ",")
 }
 
 // admit re-checks a target that can collect. denied stops its collection;
@@ -65,7 +58,9 @@ func (c *Collector) admit(ctx context.Context, v *view, cfg *targetConfig) (deni
 	}()
 	var limits tenancy.Limits
 	if v.key.Cluster {
-		limits, _ = c.clusterLimits()
+		// configure read the ClusterScopes into the selection; a change of
+		// them makes a new configuration.
+		limits = *cfg.sel.limits
 		if denied = limits.ProfileNamespace(v.profile.Namespace); denied != nil {
 			return denied, nil, nil
 		}

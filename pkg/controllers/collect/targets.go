@@ -10,9 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/util/retry"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/controllers/finalizers"
 	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
@@ -123,43 +123,14 @@ func (c *Collector) getView(key targetKey) (*view, error) {
 	return viewOfTarget(t), nil
 }
 
-// setFinalizer adds or removes the items finalizer with a fresh read, so
-// that it neither depends on the cache nor overwrites a concurrent edit.
-// Metadata edits on the main resource keep spec and status.
+// setFinalizer adds or removes the items finalizer. Metadata edits on the
+// main resource keep spec and status.
 func (c *Collector) setFinalizer(ctx context.Context, key targetKey, present bool) error {
-	edit := func(meta *metav1.ObjectMeta) bool {
-		has := slices.Contains(meta.Finalizers, Finalizer)
-		switch {
-		case present && !has:
-			meta.Finalizers = append(meta.Finalizers, Finalizer)
-		case !present && has:
-			meta.Finalizers = slices.DeleteFunc(meta.Finalizers, func(f string) bool { return f == Finalizer })
-		default:
-			return false
-		}
-		return true
+	api := c.kollect.KollectV1alpha1()
+	if key.Cluster {
+		return finalizers.Set[*v1alpha1.ClusterTarget](ctx, api.ClusterTargets(), key.Name, Finalizer, fieldManager, present)
 	}
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		api := c.kollect.KollectV1alpha1()
-		if key.Cluster {
-			t, err := api.ClusterTargets().Get(ctx, key.Name, metav1.GetOptions{})
-			if err != nil || !edit(&t.ObjectMeta) {
-				return err
-			}
-			_, err = api.ClusterTargets().Update(ctx, t, metav1.UpdateOptions{FieldManager: fieldManager})
-			return err
-		}
-		t, err := api.Targets(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
-		if err != nil || !edit(&t.ObjectMeta) {
-			return err
-		}
-		_, err = api.Targets(key.Namespace).Update(ctx, t, metav1.UpdateOptions{FieldManager: fieldManager})
-		return err
-	})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
+	return finalizers.Set[*v1alpha1.Target](ctx, api.Targets(key.Namespace), key.Name, Finalizer, fieldManager, present)
 }
 
 // selection is a target's compiled choice of objects.

@@ -36,13 +36,13 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/controllers/finalizers"
 	"kollect.dev/kollect/pkg/controllers/metrics"
 	applyv1alpha1 "kollect.dev/kollect/pkg/generated/applyconfiguration/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/generated/clientset/versioned"
@@ -777,39 +777,11 @@ func (c *Controller) drop(key invKey) {
 
 // setFinalizer adds or removes the export finalizer with a fresh read.
 func (c *Controller) setFinalizer(ctx context.Context, key invKey, present bool) error {
-	edit := func(meta *metav1.ObjectMeta) bool {
-		has := slices.Contains(meta.Finalizers, Finalizer)
-		switch {
-		case present && !has:
-			meta.Finalizers = append(meta.Finalizers, Finalizer)
-		case !present && has:
-			meta.Finalizers = slices.DeleteFunc(meta.Finalizers, func(f string) bool { return f == Finalizer })
-		default:
-			return false
-		}
-		return true
-	}
 	api := c.kollect.KollectV1alpha1()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if key.Cluster {
-			o, err := api.ClusterInventories().Get(ctx, key.Name, metav1.GetOptions{})
-			if err != nil || !edit(&o.ObjectMeta) {
-				return err
-			}
-			_, err = api.ClusterInventories().Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
-			return err
-		}
-		o, err := api.Inventories(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
-		if err != nil || !edit(&o.ObjectMeta) {
-			return err
-		}
-		_, err = api.Inventories(key.Namespace).Update(ctx, o, metav1.UpdateOptions{FieldManager: fieldManager})
-		return err
-	})
-	if apierrors.IsNotFound(err) {
-		return nil
+	if key.Cluster {
+		return finalizers.Set[*v1alpha1.ClusterInventory](ctx, api.ClusterInventories(), key.Name, Finalizer, fieldManager, present)
 	}
-	return err
+	return finalizers.Set[*v1alpha1.Inventory](ctx, api.Inventories(key.Namespace), key.Name, Finalizer, fieldManager, present)
 }
 
 const fieldManager = "kollect-exporter"
@@ -1003,18 +975,10 @@ func (c *Controller) resolve(ctx context.Context, k exporterKey) (*resolved, err
 func (c *Controller) limits(k invKey) tenancy.Limits {
 	if k.Cluster {
 		list, _ := c.clusterScopes.List(labels.Everything())
-		scopes := make([]kollect.ClusterScope, len(list))
-		for i, s := range list {
-			_ = v1alpha1.Convert_v1alpha1_ClusterScope_To_kollect_ClusterScope(s, &scopes[i], nil)
-		}
-		return tenancy.ClusterLimits(scopes)
+		return tenancy.ClusterScopeLimits(list)
 	}
 	list, _ := c.scopes.Scopes(k.Namespace).List(labels.Everything())
-	scopes := make([]kollect.Scope, len(list))
-	for i, s := range list {
-		_ = v1alpha1.Convert_v1alpha1_Scope_To_kollect_Scope(s, &scopes[i], nil)
-	}
-	return tenancy.NamespaceLimits(scopes)
+	return tenancy.ScopeLimits(list)
 }
 
 // sinkObject reads the referenced sink from the cache.

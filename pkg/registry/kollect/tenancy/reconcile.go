@@ -57,6 +57,25 @@ func ClusterLimits(scopes []kollect.ClusterScope) Limits {
 	return Limits{clusterScopeLimits(scopes)}
 }
 
+// ScopeLimits are the limits of served Scopes of one namespace, as the
+// controllers' listers hold them.
+func ScopeLimits(list []*v1alpha1.Scope) Limits {
+	scopes := make([]kollect.Scope, len(list))
+	for i, s := range list {
+		_ = v1alpha1.Convert_v1alpha1_Scope_To_kollect_Scope(s, &scopes[i], nil)
+	}
+	return NamespaceLimits(scopes)
+}
+
+// ClusterScopeLimits are the limits of served ClusterScopes.
+func ClusterScopeLimits(list []*v1alpha1.ClusterScope) Limits {
+	scopes := make([]kollect.ClusterScope, len(list))
+	for i, s := range list {
+		_ = v1alpha1.Convert_v1alpha1_ClusterScope_To_kollect_ClusterScope(s, &scopes[i], nil)
+	}
+	return ClusterLimits(scopes)
+}
+
 // Floor is the highest minExportInterval of the limits, 0 when none sets one.
 func (l Limits) Floor() time.Duration {
 	floor, _ := l.ls.floor()
