@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
-# Builds the pinned real binaries the local cluster harness (pkg/localcluster,
-# `make run`, test/e2e) runs: etcd, kube-apiserver, kube-controller-manager
-# and kubectl, from the separate Go module hack/tools (k8s.io/kubernetes
-# v1.36.3 with every staging module replaced by v0.36.3;
-# go.etcd.io/etcd/server/v3 v3.6.8). Only the Go module proxy is needed.
+# Builds the pinned real binaries the tests and `make run` use, each set from
+# its own Go module under hack/tools, so that no tool's dependencies become
+# the product's or another tool's:
 #
-# Output: _output/tools/bin/{etcd,kube-apiserver,kube-controller-manager,kubectl}
-# (git-ignored), or $KOLLECT_TOOLS_BIN when set.
-# A stamp (sha256 of hack/tools/go.mod and go.sum) skips the build when the
-# pinned versions have not changed and the binaries are there; FORCE=1
-# rebuilds anyway. Cold (empty Go build cache) on 2 cores it takes 8 to 11
-# minutes, about 12 CPU-minutes (measured: 10m38s on a busy machine:
-# kube-apiserver 8m, kube-controller-manager 1m40s, kubectl 36s, etcd 15s);
-# the Go build cache makes later rebuilds take well under a minute.
+#   kube      hack/tools           etcd, kube-apiserver, kube-controller-manager,
+#                                  kubectl (k8s.io/kubernetes v1.36.3 with every
+#                                  staging module replaced by v0.36.3; etcd v3.6.8)
+#   helm      hack/tools/helm      helm (helm.sh/helm/v4)
+#   promtool  hack/tools/promtool  promtool (github.com/prometheus/prometheus)
+#
+# Usage: hack/build-tools.sh [SET...]   (no argument: every set)
+# Only the Go module proxy is needed. Output: _output/tools/bin, or
+# $KOLLECT_TOOLS_BIN when set (git-ignored).
+#
+# Each set has a stamp, the sha256 of its go.mod and go.sum: a set whose pins
+# have not changed and whose binaries are there is not rebuilt; FORCE=1
+# rebuilds anyway. Cold (empty module and build caches) on 2 cores the kube
+# set takes 8 to 11 minutes (kube-apiserver about 7 of them), helm about 1
+# and promtool about 2; the Go build cache makes later rebuilds take seconds.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-TOOLS_MOD="${ROOT}/hack/tools"
 BIN="${KOLLECT_TOOLS_BIN:-${ROOT}/_output/tools/bin}"
-STAMP="${BIN}/.stamp"
-BINARIES=(etcd kube-apiserver kube-controller-manager kubectl)
 
 die() { echo "build-tools: error: $*" >&2; exit 1; }
 log() { echo "build-tools: $*"; }
@@ -27,83 +29,117 @@ log() { echo "build-tools: $*"; }
 command -v go >/dev/null 2>&1 ||
 	die "Go is not installed or not on PATH; install Go 1.26 or newer (https://go.dev/dl) and retry"
 command -v sha256sum >/dev/null 2>&1 ||
-	die "sha256sum is not installed (package coreutils); it computes the build stamp"
-[[ -f "${TOOLS_MOD}/go.mod" && -f "${TOOLS_MOD}/go.sum" ]] ||
-	die "${TOOLS_MOD}/go.mod or go.sum is missing; the tools module pins the binaries"
-
+	die "sha256sum is not installed (package coreutils); it computes the build stamps"
 GOVER="$(go env GOVERSION)"
 if [[ ! "${GOVER}" =~ ^go1\.([0-9]+) ]] || ((BASH_REMATCH[1] < 26)); then
-	die "Go ${GOVER} is too old: hack/tools (k8s.io/kubernetes v1.36.3) needs Go 1.26 or newer"
+	die "Go ${GOVER} is too old: the pinned tools need Go 1.26 or newer"
 fi
+
+# The sets: module directory and "name=package" pairs, built in this order.
+declare -A MODULE=([kube]=hack/tools [helm]=hack/tools/helm [promtool]=hack/tools/promtool)
+declare -A TARGETS=(
+	[kube]="kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager kubectl=k8s.io/kubernetes/cmd/kubectl etcd=./cmd/etcd"
+	[helm]="helm=helm.sh/helm/v4/cmd/helm"
+	[promtool]="promtool=github.com/prometheus/prometheus/cmd/promtool"
+)
+# Build tags per set (promtool: leave out the service-discovery plugins,
+# which rule checks and rule unit tests never use).
+declare -A TAGS=([kube]="" [helm]="" [promtool]="remove_all_sd")
+ALL_SETS=(kube helm promtool)
+
+sets=("$@")
+((${#sets[@]})) || sets=("${ALL_SETS[@]}")
+for s in "${sets[@]}"; do
+	[[ -n "${MODULE[$s]:-}" ]] || die "unknown tool set '${s}' (known: ${ALL_SETS[*]})"
+done
 
 mkdir -p "${BIN}"
 
-# One build at a time (make run and make test may start together).
-if command -v flock >/dev/null 2>&1; then
-	exec 9>"${BIN}/.lock"
-	flock 9
-fi
-
-want="$(cat "${TOOLS_MOD}/go.mod" "${TOOLS_MOD}/go.sum" | sha256sum | cut -d' ' -f1)"
-have_all=1
-for b in "${BINARIES[@]}"; do
-	[[ -x "${BIN}/${b}" ]] || have_all=0
-done
-if [[ "${FORCE:-0}" != 1 && "${have_all}" == 1 && -f "${STAMP}" && "$(cat "${STAMP}")" == "${want}" ]]; then
-	log "up to date in ${BIN} (stamp ${want:0:12}); FORCE=1 rebuilds"
-	exit 0
-fi
-rm -f "${STAMP}"
-
-cd "${TOOLS_MOD}"
 export GOWORK=off CGO_ENABLED=0 GOFLAGS="${GOFLAGS:-} -mod=readonly"
 
-modver() { go list -m -f '{{.Version}}' "$1"; }
-K8S_VERSION="$(modver k8s.io/kubernetes)" || die "cannot resolve k8s.io/kubernetes in hack/tools/go.mod (module proxy reachable? GOPROXY=$(go env GOPROXY))"
-ETCD_VERSION="$(modver go.etcd.io/etcd/server/v3)" || die "cannot resolve go.etcd.io/etcd/server/v3 in hack/tools/go.mod"
-K8S_DATE="$(go list -m -f '{{if .Time}}{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}' k8s.io/kubernetes)"
-[[ -n "${K8S_DATE}" ]] || K8S_DATE="1970-01-01T00:00:00Z"
+# ldflags_for SET: version stamping as kubernetes' hack/lib/version.sh does,
+# so `kube-apiserver --version` and `kubectl version` report the pinned
+# release; helm reads its version from the module.
+ldflags_for() {
+	local set=$1 dir=$2 flags="-s -w" ver major minor date pkg
+	case "${set}" in
+	kube)
+		ver="$(cd "${dir}" && go list -m -f '{{.Version}}' k8s.io/kubernetes)" ||
+			die "cannot resolve k8s.io/kubernetes in ${dir}/go.mod"
+		[[ "${ver}" =~ ^v([0-9]+)\.([0-9]+)\. ]] || die "unexpected k8s.io/kubernetes version ${ver}"
+		major="${BASH_REMATCH[1]}" minor="${BASH_REMATCH[2]}"
+		date="$(cd "${dir}" && go list -m -f '{{if .Time}}{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}' k8s.io/kubernetes)"
+		for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+			flags+=" -X ${pkg}.gitVersion=${ver} -X ${pkg}.gitMajor=${major} -X ${pkg}.gitMinor=${minor}"
+			flags+=" -X ${pkg}.gitCommit= -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=${date:-1970-01-01T00:00:00Z}"
+		done
+		;;
+	helm)
+		ver="$(cd "${dir}" && go list -m -f '{{.Version}}' helm.sh/helm/v4)" || die "cannot resolve helm.sh/helm/v4 in ${dir}/go.mod"
+		flags+=" -X helm.sh/helm/v4/internal/version.version=${ver}"
+		;;
+	promtool)
+		# Prometheus v3.X.Y is published as the Go module version v0.3XX.Y.
+		ver="$(cd "${dir}" && go list -m -f '{{.Version}}' github.com/prometheus/prometheus)" ||
+			die "cannot resolve github.com/prometheus/prometheus in ${dir}/go.mod"
+		[[ "${ver}" =~ ^v0\.3([0-9]{2})\.([0-9]+)$ ]] && ver="3.$((10#${BASH_REMATCH[1]})).${BASH_REMATCH[2]}"
+		flags+=" -X github.com/prometheus/common/version.Version=${ver#v}"
+		;;
+	esac
+	echo "${flags}"
+}
 
-# Version stamping as kubernetes' hack/lib/version.sh does, so that
-# `kube-apiserver --version` and `kubectl version` report the pinned release.
-if [[ ! "${K8S_VERSION}" =~ ^v([0-9]+)\.([0-9]+)\. ]]; then
-	die "unexpected k8s.io/kubernetes version ${K8S_VERSION}"
-fi
-K8S_MAJOR="${BASH_REMATCH[1]}"
-K8S_MINOR="${BASH_REMATCH[2]}"
-k8s_ldflags="-s -w"
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-	k8s_ldflags+=" -X ${pkg}.gitVersion=${K8S_VERSION}"
-	k8s_ldflags+=" -X ${pkg}.gitMajor=${K8S_MAJOR}"
-	k8s_ldflags+=" -X ${pkg}.gitMinor=${K8S_MINOR}"
-	k8s_ldflags+=" -X ${pkg}.gitCommit="
-	k8s_ldflags+=" -X ${pkg}.gitTreeState=clean"
-	k8s_ldflags+=" -X ${pkg}.buildDate=${K8S_DATE}"
-done
+# up_to_date SET: the set's binaries are there and its stamp matches its pins.
+up_to_date() {
+	local set=$1 dir="${ROOT}/${MODULE[$1]}" t want
+	want="$(cat "${dir}/go.mod" "${dir}/go.sum" | sha256sum | cut -d' ' -f1)"
+	[[ "${FORCE:-0}" != 1 && -f "${BIN}/.stamp-${set}" && "$(cat "${BIN}/.stamp-${set}")" == "${want}" ]] || return 1
+	for t in ${TARGETS[$set]}; do
+		[[ -x "${BIN}/${t%%=*}" ]] || return 1
+	done
+}
 
-build() { # name package module-version estimate ldflags
-	local name=$1 pkg=$2 ver=$3 est=$4 ldflags=$5 start elapsed
-	log "building ${name} (${ver})... ${est} cold"
-	start=$(date +%s)
-	if ! go build -trimpath -ldflags="${ldflags}" -o "${BIN}/.${name}.tmp" "${pkg}"; then
-		rm -f "${BIN}/.${name}.tmp"
-		die "go build ${pkg} failed (see above)"
+build_set() {
+	local set=$1 dir="${ROOT}/${MODULE[$1]}" want stamp="${BIN}/.stamp-$1" t name pkg start elapsed ldflags
+	[[ -f "${dir}/go.mod" && -f "${dir}/go.sum" ]] || die "${dir}/go.mod or go.sum is missing; it pins the ${set} tools"
+	if up_to_date "${set}"; then
+		log "${set}: up to date; FORCE=1 rebuilds"
+		return 0
 	fi
-	mv -f "${BIN}/.${name}.tmp" "${BIN}/${name}"
-	elapsed=$(($(date +%s) - start))
-	log "built ${name} in $((elapsed / 60))m$((elapsed % 60))s"
+	# One build of a set at a time (make run and make test may start
+	# together); whoever waited finds it built.
+	if command -v flock >/dev/null 2>&1; then
+		exec 9>"${BIN}/.lock-${set}"
+		flock 9
+		if up_to_date "${set}"; then
+			log "${set}: built meanwhile by another run"
+			exec 9>&-
+			return 0
+		fi
+	fi
+	want="$(cat "${dir}/go.mod" "${dir}/go.sum" | sha256sum | cut -d' ' -f1)"
+	rm -f "${stamp}"
+	bash "${ROOT}/hack/download-modules.sh" "${dir}" || die "cannot download the modules of ${dir}"
+	ldflags="$(ldflags_for "${set}" "${dir}")"
+	for t in ${TARGETS[$set]}; do
+		name=${t%%=*} pkg=${t#*=}
+		log "${set}: building ${name} (${pkg})..."
+		start=$(date +%s)
+		if ! (cd "${dir}" && go build -trimpath -tags="${TAGS[$set]}" -ldflags="${ldflags}" -o "${BIN}/.${name}.tmp" "${pkg}"); then
+			rm -f "${BIN}/.${name}.tmp"
+			die "go build ${pkg} in ${dir} failed (see above)"
+		fi
+		mv -f "${BIN}/.${name}.tmp" "${BIN}/${name}"
+		elapsed=$(($(date +%s) - start))
+		log "${set}: built ${name} in $((elapsed / 60))m$((elapsed % 60))s"
+	done
+	echo "${want}" >"${stamp}"
+	exec 9>&- # releases the lock
 }
 
 total_start=$(date +%s)
-log "building into ${BIN} with ${GOVER} on $(nproc 2>/dev/null || echo '?') cores"
-build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver "k8s.io/kubernetes ${K8S_VERSION}" "~6-8 min" "${k8s_ldflags}"
-build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager "k8s.io/kubernetes ${K8S_VERSION}" "~1.5 min" "${k8s_ldflags}"
-build kubectl k8s.io/kubernetes/cmd/kubectl "k8s.io/kubernetes ${K8S_VERSION}" "~40 s" "${k8s_ldflags}"
-build etcd ./cmd/etcd "go.etcd.io/etcd/server/v3 ${ETCD_VERSION}" "~15 s" "-s -w"
-
-echo "${want}" >"${STAMP}"
+for s in "${sets[@]}"; do
+	build_set "${s}"
+done
 elapsed=$(($(date +%s) - total_start))
-log "done in $((elapsed / 60))m$((elapsed % 60))s: ${BIN}/{$(
-	IFS=,
-	echo "${BINARIES[*]}"
-)}"
+log "${sets[*]}: ready in ${BIN} ($((elapsed / 60))m$((elapsed % 60))s, ${GOVER}, $(nproc 2>/dev/null || echo '?') cores)"

@@ -802,14 +802,19 @@ func RepoRoot() (string, error) {
 	}
 }
 
-// BuildTools runs hack/build-tools.sh of the repository at root (cheap when
-// the binaries are up to date), with its output to log, and returns the
-// binaries' directory. The first build takes about 10 minutes on 2 cores.
-func BuildTools(ctx context.Context, root string, log io.Writer) (string, error) {
+// BuildTools runs hack/build-tools.sh of the repository at root for the
+// given tool sets (none: "kube", the cluster's binaries; also "helm",
+// "promtool"), cheap when the binaries are up to date, with its output to
+// log, and returns the binaries' directory. The first build of the kube set
+// takes about 10 minutes on 2 cores.
+func BuildTools(ctx context.Context, root string, log io.Writer, sets ...string) (string, error) {
 	if log == nil {
 		log = io.Discard
 	}
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "hack", "build-tools.sh"))
+	if len(sets) == 0 {
+		sets = []string{"kube"}
+	}
+	cmd := exec.CommandContext(ctx, "bash", append([]string{filepath.Join(root, "hack", "build-tools.sh")}, sets...)...)
 	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Run(); err != nil {

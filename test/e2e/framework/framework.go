@@ -44,6 +44,11 @@ type Options struct {
 	// AllowPrivateSinkEndpoints passes --allow-private-sink-endpoints
 	// (tests whose sinks listen on 127.0.0.1 need it, and say so).
 	AllowPrivateSinkEndpoints bool
+	// Install grants Kollect its identity and permissions in the fresh
+	// cluster: it must create the ServiceAccount kollect-system/kollect-apiserver
+	// and its RBAC. Default: kubectl apply of the RBAC files of
+	// artifacts/deploy. The chart's package installs the Helm chart instead.
+	Install func(ctx context.Context, env *Env) error
 }
 
 // rbacManifests are the files of artifacts/deploy that grant Kollect its
@@ -99,12 +104,12 @@ func (env *Env) start(ctx context.Context, opts Options) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"apply"}
-	for _, f := range rbacManifests {
-		args = append(args, "-f", filepath.Join(root, "artifacts", "deploy", f))
+	install := opts.Install
+	if install == nil {
+		install = applyRBACManifests
 	}
-	if _, _, err := env.Cluster.Kubectl(ctx, args...); err != nil {
-		return fmt.Errorf("applying the install RBAC: %w", err)
+	if err := install(ctx, env); err != nil {
+		return err
 	}
 	env.KollectKubeconfig, err = env.Cluster.ServiceAccountKubeconfig(ctx, "kollect-system", "kollect-apiserver", 2*time.Hour)
 	if err != nil {
@@ -119,6 +124,17 @@ func (env *Env) start(ctx context.Context, opts Options) error {
 		return err
 	}
 	return env.Cluster.RegisterKollect(ctx, env.Kollect)
+}
+
+func applyRBACManifests(ctx context.Context, env *Env) error {
+	args := []string{"apply"}
+	for _, f := range rbacManifests {
+		args = append(args, "-f", env.Path(filepath.Join("artifacts", "deploy", f)))
+	}
+	if _, _, err := env.Cluster.Kubectl(ctx, args...); err != nil {
+		return fmt.Errorf("applying the install RBAC: %w", err)
+	}
+	return nil
 }
 
 // Admin is an admin client configuration through kube-apiserver.
