@@ -10,70 +10,108 @@ GO         ?= go
 FUZZTIME   ?= 10s
 # Packages whose tests need nothing but Go and the embedded etcd.
 UNIT_PKGS  := ./pkg/... ./cmd/...
+# What a platform team installs: the image, the alert rules and dashboard.
+# (The chart's install test is an e2e package, test/e2e/chart.)
+RELEASE_PKGS := ./test/image/... ./test/monitoring/...
+# The image reference, one variable for `make image` (the chart's
+# image.repository and appVersion are its default).
+IMAGE ?=
+
+# One set of build settings for everything make runs (build, vet, tests,
+# fuzzing) and for the pinned tools and the image (hack/build-tools.sh,
+# hack/build-image.sh): static, path-free builds whose compiled packages the
+# Go build cache shares between them, so a cold run compiles
+# k8s.io/apiserver and its kin once, not three times.
+export CGO_ENABLED := 0
+export GOFLAGS     := $(strip $(GOFLAGS) -trimpath)
 
 export KOLLECT_BINARY    := $(abspath $(BIN)/kollect-apiserver)
 export KOLLECT_TOOLS_BIN := $(abspath $(TOOLS_BIN))
 
 .PHONY: help
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 .PHONY: check-go
 check-go:
 	@command -v $(GO) >/dev/null || { echo "make: Go is not installed (need Go 1.26, https://go.dev/dl)"; exit 1; }
 	@$(GO) version | grep -qE 'go1\.(2[6-9]|[3-9][0-9])' || { echo "make: need Go 1.26 or newer, have: $$($(GO) version)"; exit 1; }
 
+.PHONY: deps
+deps: check-go ## download the Go modules the build needs (with progress)
+	@hack/download-modules.sh
+
 .PHONY: build
-build: check-go ## build kollect-apiserver into _output/bin
+build: check-go deps ## build kollect-apiserver into _output/bin
 	@echo "building kollect-apiserver..."
 	@$(GO) build -o $(BIN)/kollect-apiserver ./cmd/kollect-apiserver
 	@$(GO) build -o $(BIN)/kollect-local ./cmd/kollect-local
 
 .PHONY: tools
-tools: check-go ## build the pinned etcd, kube-apiserver, kube-controller-manager and kubectl (8-11 minutes the first time)
+tools: check-go ## build the pinned etcd, kube-apiserver, kube-controller-manager, kubectl, helm and promtool (10-14 minutes the first time)
 	@hack/build-tools.sh
 
 .PHONY: run
-run: build tools ## bring up a local cluster with Kollect registered, apply the examples, stay in the foreground
+run: build ## bring up a local cluster with Kollect registered, apply the examples, stay in the foreground
+	@hack/build-tools.sh kube
 	@$(BIN)/kollect-local --dir $(OUT)/local --tools-dir $(TOOLS_BIN) --kollect-binary $(BIN)/kollect-apiserver --examples artifacts/examples
 
 .PHONY: generate
 generate: check-go ## regenerate deepcopy, conversions, OpenAPI, clientset, listers, informers
 	@hack/update-codegen.sh
 
+.PHONY: manifests
+manifests: check-go ## render artifacts/deploy and artifacts/monitoring from the chart
+	@hack/update-manifests.sh
+
+.PHONY: image
+image: check-go ## build the kollect-apiserver OCI image without a Docker engine (_output/image)
+	@IMAGE="$(IMAGE)" hack/build-image.sh
+
 .PHONY: verify
-verify: check-go ## generated code current, gofmt and go vet clean
+verify: check-go deps ## generated code and manifests current, gofmt and go vet clean
 	@echo "verifying generated code..."
 	@hack/verify-codegen.sh
+	@echo "verifying the manifests rendered from the chart..."
+	@hack/verify-manifests.sh
 	@echo "gofmt..."
 	@out=$$(gofmt -l cmd pkg test hack 2>/dev/null); [ -z "$$out" ] || { echo "gofmt needed on:"; echo "$$out"; exit 1; }
 	@echo "go vet..."
 	@$(GO) vet ./...
 
-.PHONY: unit
 .PHONY: services
 services: ## make sure PostgreSQL and NATS (JetStream) run on loopback; starts them when down
 	@bash hack/services.sh
 
-unit: build tools services ## unit and registry tests (real embedded etcd, Postgres, NATS, git; the harness test starts a real cluster)
+.PHONY: unit
+unit: build services ## unit and registry tests (real embedded etcd, Postgres, NATS, git; the harness test starts a real cluster)
+	@hack/build-tools.sh kube
 	@echo "unit and registry tests..."
 	@$(GO) test -count=1 $(UNIT_PKGS)
+
+.PHONY: release-check
+release-check: build ## the image (built and run unpacked) and the alert rules (promtool check and unit tests)
+	@hack/build-tools.sh promtool
+	@echo "image and monitoring tests..."
+	@$(GO) test -count=1 -timeout 30m $(RELEASE_PKGS)
 
 .PHONY: fuzz
 fuzz: check-go ## run every fuzz target for FUZZTIME each
 	@hack/fuzz.sh $(FUZZTIME)
 
 .PHONY: e2e
-e2e: build tools services ## end-to-end tests through a real kube-apiserver
+e2e: build services ## end-to-end tests through a real kube-apiserver (the chart's install too)
+	@hack/build-tools.sh kube helm promtool
 	@echo "end-to-end tests..."
 	@$(GO) test -count=1 -p 1 -timeout 30m ./test/e2e/...
 
 .PHONY: test
-test: verify unit fuzz e2e ## everything CI runs
+test: verify unit fuzz release-check e2e ## everything CI runs
 	@echo "make test: all suites passed"
 
 .PHONY: bench
-bench: build tools ## benchmarks; prints tables with figures and conditions
+bench: build ## benchmarks; prints tables with figures and conditions
+	@hack/build-tools.sh kube
 	@$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 90m ./test/bench/...
 
 .PHONY: clean

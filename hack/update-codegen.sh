@@ -9,9 +9,17 @@ set -o pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 cd "${ROOT}"
 THIS_PKG=kollect.dev/kollect
-CODEGEN_PKG=${CODEGEN_PKG:-$(go list -m -f '{{.Dir}}' k8s.io/code-generator)}
+if [[ -z "${CODEGEN_PKG:-}" ]]; then
+    # An empty module cache has no copy yet: download the pinned version
+    # (go.mod) first, so a fresh clone needs nothing done by hand.
+    if ! go mod download k8s.io/code-generator; then
+        echo "update-codegen: cannot download k8s.io/code-generator (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))" >&2
+        exit 1
+    fi
+    CODEGEN_PKG=$(go list -m -f '{{.Dir}}' k8s.io/code-generator)
+fi
 if [[ ! -f "${CODEGEN_PKG}/kube_codegen.sh" ]]; then
-    echo "update-codegen: k8s.io/code-generator not found in the module cache; run 'go mod download k8s.io/code-generator'" >&2
+    echo "update-codegen: ${CODEGEN_PKG:-k8s.io/code-generator}/kube_codegen.sh is missing; is k8s.io/code-generator pinned in go.mod?" >&2
     exit 1
 fi
 # The generators are built into the git-ignored tool folder, not $GOPATH/bin.
