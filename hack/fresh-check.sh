@@ -48,6 +48,15 @@ run_in() {
 		GOMODCACHE="${dir}/gomodcache" GOCACHE="${dir}/gocache" "$@")
 }
 
+# descendants PID: every process below PID.
+descendants() {
+	local p
+	for p in $(pgrep -P "$1"); do
+		echo "${p}"
+		descendants "${p}"
+	done
+}
+
 fmt_time() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
 declare -A took
 status=0
@@ -70,8 +79,19 @@ for step in "${steps[@]}"; do
 			sleep 2
 		done
 		took[run]=$(($(date +%s) - start))
-		# Ctrl-C, as a person would; kollect-local stops what it started.
-		pkill -INT -f "${dir}/src/_output/bin/kollect-local" 2>/dev/null || true
+		# Ctrl-C, as a person would, to this run's kollect-local (not to any
+		# other on the machine); it stops what it started.
+		for p in $(descendants "${pid}"); do
+			[[ "$(ps -o comm= -p "${p}" 2>/dev/null)" != kollect-local ]] || kill -INT "${p}" 2>/dev/null || true
+		done
+		# Not ready (say, still building): stop the whole run, bounded.
+		for _ in $(seq 1 60); do
+			kill -0 "${pid}" 2>/dev/null || break
+			sleep 1
+		done
+		if kill -0 "${pid}" 2>/dev/null; then
+			kill -TERM $(descendants "${pid}") "${pid}" 2>/dev/null || true
+		fi
 		wait "${pid}" || true
 		if ((ready)); then
 			log "make run was ready after $(fmt_time "${took[run]}")"
