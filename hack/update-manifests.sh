@@ -13,7 +13,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT_DIR:-${ROOT}}"
 BIN="${KOLLECT_TOOLS_BIN:-${ROOT}/_output/tools/bin}"
-bash "${ROOT}/hack/build-tools.sh" helm >/dev/null || {
+bash "${ROOT}/hack/build-tools.sh" helm || {
 	echo "update-manifests: building the pinned helm failed; run hack/build-tools.sh helm to see why" >&2
 	exit 1
 }
