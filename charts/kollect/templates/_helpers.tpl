@@ -46,15 +46,19 @@ certificate and the APIService caBundle stay a matching pair.
 {{- $etcd := lookup "v1" "Secret" $ns "kollect-etcd-tls" }}
 {{- $client := lookup "v1" "Secret" $ns "kollect-etcd-client" }}
 {{- $c := dict }}
-{{- if and $serving $etcd $client }}
+{{- /* Each pair is reused on its own: the etcd ones exist only with the bundled etcd. */}}
+{{- if $serving }}
 {{- $_ := set $c "serving" $serving.data }}
-{{- $_ := set $c "etcd" $etcd.data }}
-{{- $_ := set $c "client" $client.data }}
 {{- else }}
 {{- $svc := printf "kollect-api.%s.svc" $ns }}
 {{- $ca := genCAWithKey "kollect-ca" $days (genPrivateKey "ecdsa") }}
 {{- $cert := genSignedCertWithKey $svc nil (list $svc (printf "%s.%s" $svc .Values.tls.clusterDomain)) $days $ca (genPrivateKey "ecdsa") }}
 {{- $_ := set $c "serving" (dict "ca.crt" ($ca.Cert | b64enc) "tls.crt" ($cert.Cert | b64enc) "tls.key" ($cert.Key | b64enc)) }}
+{{- end }}
+{{- if and $etcd $client }}
+{{- $_ := set $c "etcd" $etcd.data }}
+{{- $_ := set $c "client" $client.data }}
+{{- else if eq .Values.etcd.mode "bundled" }}
 {{- $eca := genCAWithKey "kollect-etcd-ca" $days (genPrivateKey "ecdsa") }}
 {{- $names := list "localhost" }}
 {{- range $i := until 3 }}

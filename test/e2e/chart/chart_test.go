@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -180,6 +181,17 @@ func TestRenderedVariants(t *testing.T) {
 		if !slices.ContainsFunc(mounts, func(m any) bool { return m.(map[string]any)["mountPath"] == "/var/lib/kollect" }) {
 			t.Errorf("%s: nothing mounted at the --data-dir /var/lib/kollect: %v", v.name, mounts)
 		}
+	}
+
+	// Another namespace: everything namespaced follows it, the Lease too.
+	ops := objects(t, renderIn(t, ctx, "ops", nil))
+	for _, want := range []string{"--leader-election-namespace=ops", "--service-namespace=ops"} {
+		if !slices.Contains(args(ops), want) {
+			t.Errorf("namespace ops: args %v lack %s", args(ops), want)
+		}
+	}
+	if r := find(ops, "Role", "kollect-apiserver-leader-election"); r == nil || r.GetNamespace() != "ops" {
+		t.Errorf("namespace ops: the leader-election Role is not in ops")
 	}
 
 	def := objects(t, render(t, ctx, nil))
@@ -407,7 +419,9 @@ func TestUpgradeKeepsGeneratedCerts(t *testing.T) {
 	for _, name := range []string{"kollect-serving-cert", "kollect-etcd-tls", "kollect-etcd-client"} {
 		live, err := env.Kube(t).CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			t.Fatal(err)
+			hist, _ := runHelm(ctx, "get", "manifest", release, "--namespace", namespace)
+			hist = strings.Join(regexp.MustCompile(`(?m)^kind: Secret\n(?:.*\n){0,2}`).FindAllString(hist, -1), "\n")
+			t.Fatalf("%v\n%s\n%s", err, env.Kubectl(t, ctx, "-n", namespace, "get", "secrets"), hist)
 		}
 		var rendered *unstructured.Unstructured
 		for _, o := range objects(t, out) {
@@ -424,5 +438,28 @@ func TestUpgradeKeepsGeneratedCerts(t *testing.T) {
 				t.Errorf("Secret %s key %s: re-rendered value differs from the installed one", name, k)
 			}
 		}
+	}
+}
+
+// TestHelmUpgrades: `helm upgrade` of the installed release works, with the
+// same values and across etcd modes, and never replaces the serving
+// certificate (the APIService's caBundle is its CA) nor deletes the embedded
+// etcd's data.
+func TestHelmUpgrades(t *testing.T) {
+	for _, e := range upgrades.errs {
+		t.Error(e)
+	}
+	if len(upgrades.servingCert) != 4 {
+		t.Fatalf("%d snapshots of kollect-serving-cert, want 4 (install and three upgrades)", len(upgrades.servingCert))
+	}
+	for i, data := range upgrades.servingCert[1:] {
+		for k, v := range upgrades.servingCert[0] {
+			if !bytes.Equal(data[k], v) {
+				t.Errorf("upgrade %d replaced kollect-serving-cert's %s", i+1, k)
+			}
+		}
+	}
+	if !upgrades.dataPVCKept {
+		t.Error("the PVC kollect-data of the embedded etcd was deleted by the upgrade back to the bundled etcd")
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"kollect.dev/kollect/pkg/localcluster"
 	"kollect.dev/kollect/test/e2e/framework"
 )
@@ -52,5 +54,48 @@ func helmInstall(ctx context.Context, e *framework.Env) error {
 		"--namespace", namespace, "--create-namespace"); err != nil {
 		return fmt.Errorf("helm install: %w\n%s", err, out)
 	}
+	return upgradeThroughModes(ctx, e)
+}
+
+// upgrades records what the real `helm upgrade`s of upgradeThroughModes did,
+// for TestHelmUpgrades: they run before the harness takes over the Service
+// and the APIService, as on a real cluster.
+var upgrades struct {
+	errs []string
+	// servingCert holds kollect-serving-cert's data after the install and
+	// after each upgrade.
+	servingCert []map[string][]byte
+	// dataPVCKept: the embedded etcd's PVC outlived the switch back to the
+	// bundled etcd.
+	dataPVCKept bool
+}
+
+// upgradeThroughModes upgrades the release in place, to the embedded etcd
+// and back to the defaults, as a platform team would.
+func upgradeThroughModes(ctx context.Context, e *framework.Env) error {
+	snapshot := func() {
+		s, err := e.Kube(nil).CoreV1().Secrets(namespace).Get(ctx, "kollect-serving-cert", metav1.GetOptions{})
+		if err != nil {
+			upgrades.errs = append(upgrades.errs, err.Error())
+			return
+		}
+		upgrades.servingCert = append(upgrades.servingCert, s.Data)
+	}
+	snapshot()
+	// Without values, helm upgrade reuses the release's: going back to the
+	// defaults takes --reset-values.
+	for _, sets := range [][]string{
+		nil, // the same values again
+		{"--set", "etcd.mode=embedded", "--set", "replicas=1"},
+		{"--reset-values"}, // back to the bundled etcd
+	} {
+		args := append([]string{"upgrade", release, e.Path("charts/kollect"), "--namespace", namespace}, sets...)
+		if out, err := runHelm(ctx, args...); err != nil {
+			upgrades.errs = append(upgrades.errs, fmt.Sprintf("helm %v: %v\n%s", args, err, out))
+		}
+		snapshot()
+	}
+	_, err := e.Kube(nil).CoreV1().PersistentVolumeClaims(namespace).Get(ctx, "kollect-data", metav1.GetOptions{})
+	upgrades.dataPVCKept = err == nil
 	return nil
 }
