@@ -3,9 +3,9 @@ SHELL := /usr/bin/env bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := help
 
-OUT        := _output
-BIN        := $(OUT)/bin
-TOOLS_BIN  := $(OUT)/tools/bin
+OUTDIR     := _output
+BIN        := $(OUTDIR)/bin
+TOOLS_BIN  := $(OUTDIR)/tools/bin
 GO         ?= go
 FUZZTIME   ?= 10s
 # Packages whose tests need nothing but Go and the embedded etcd.
@@ -54,7 +54,7 @@ tools: check-go ## build the pinned etcd, kube-apiserver, kube-controller-manage
 .PHONY: run
 run: build ## bring up a local cluster with Kollect registered, apply the examples, stay in the foreground
 	@hack/build-tools.sh kube
-	@$(BIN)/kollect-local --dir $(OUT)/local --tools-dir $(TOOLS_BIN) --kollect-binary $(BIN)/kollect-apiserver --examples artifacts/examples
+	@$(BIN)/kollect-local --dir $(OUTDIR)/local --tools-dir $(TOOLS_BIN) --kollect-binary $(BIN)/kollect-apiserver --examples artifacts/examples
 
 .PHONY: generate
 generate: check-go ## regenerate deepcopy, conversions, OpenAPI, clientset, listers, informers
@@ -116,4 +116,4 @@ bench: build ## benchmarks; prints tables with figures and conditions
 
 .PHONY: clean
 clean: ## remove the local cluster's data and built binaries (keeps the pinned tools)
-	rm -rf $(OUT)/local $(BIN)
+	rm -rf $(OUTDIR)/local $(BIN)

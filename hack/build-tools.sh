@@ -92,18 +92,24 @@ ldflags_for() {
 	echo "${flags}"
 }
 
-# up_to_date SET: the set's binaries are there and its stamp matches its pins.
+# stamp_of SET: what the set's binaries are built from: its pins, the Go
+# toolchain and the build tags.
+stamp_of() {
+	local dir="${ROOT}/${MODULE[$1]}"
+	{ cat "${dir}/go.mod" "${dir}/go.sum"; echo "${GOVER} tags=${TAGS[$1]}"; } | sha256sum | cut -d' ' -f1
+}
+
+# up_to_date SET: the set's binaries are there and its stamp is current.
 up_to_date() {
-	local set=$1 dir="${ROOT}/${MODULE[$1]}" t want
-	want="$(cat "${dir}/go.mod" "${dir}/go.sum" | sha256sum | cut -d' ' -f1)"
-	[[ "${FORCE:-0}" != 1 && -f "${BIN}/.stamp-${set}" && "$(cat "${BIN}/.stamp-${set}")" == "${want}" ]] || return 1
+	local set=$1 t
+	[[ "${FORCE:-0}" != 1 && -f "${BIN}/.stamp-${set}" && "$(cat "${BIN}/.stamp-${set}")" == "$(stamp_of "${set}")" ]] || return 1
 	for t in ${TARGETS[$set]}; do
 		[[ -x "${BIN}/${t%%=*}" ]] || return 1
 	done
 }
 
 build_set() {
-	local set=$1 dir="${ROOT}/${MODULE[$1]}" want stamp="${BIN}/.stamp-$1" t name pkg start elapsed ldflags
+	local set=$1 dir="${ROOT}/${MODULE[$1]}" stamp="${BIN}/.stamp-$1" t name pkg start elapsed ldflags
 	[[ -f "${dir}/go.mod" && -f "${dir}/go.sum" ]] || die "${dir}/go.mod or go.sum is missing; it pins the ${set} tools"
 	if up_to_date "${set}"; then
 		log "${set}: up to date; FORCE=1 rebuilds"
@@ -111,7 +117,9 @@ build_set() {
 	fi
 	# One build of a set at a time (make run and make test may start
 	# together); whoever waited finds it built.
-	if command -v flock >/dev/null 2>&1; then
+	if ! command -v flock >/dev/null 2>&1; then
+		log "warning: flock (util-linux) is missing: concurrent builds of ${set} are not serialized"
+	else
 		exec 9>"${BIN}/.lock-${set}"
 		flock 9
 		if up_to_date "${set}"; then
@@ -120,7 +128,6 @@ build_set() {
 			return 0
 		fi
 	fi
-	want="$(cat "${dir}/go.mod" "${dir}/go.sum" | sha256sum | cut -d' ' -f1)"
 	rm -f "${stamp}"
 	bash "${ROOT}/hack/download-modules.sh" "${dir}" || die "cannot download the modules of ${dir}"
 	ldflags="$(ldflags_for "${set}" "${dir}")"
@@ -136,7 +143,7 @@ build_set() {
 		elapsed=$(($(date +%s) - start))
 		log "${set}: built ${name} in $((elapsed / 60))m$((elapsed % 60))s"
 	done
-	echo "${want}" >"${stamp}"
+	stamp_of "${set}" >"${stamp}"
 	exec 9>&- # releases the lock
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Downloads every module a Go module needs into the module cache, printing
-# progress, so a cold cache shows activity and an unreachable proxy names
-# itself instead of surfacing later as a build error.
+# Downloads the modules a Go module needs to build into the module cache,
+# printing progress as they arrive, so a cold cache shows activity and an
+# unreachable proxy names itself instead of surfacing later as a build error.
+# Plain `go mod download` (not `all`) leaves go.sum as committed.
 # Usage: hack/download-modules.sh [MODULE_DIR...]   (default: the repository's root module)
 set -euo pipefail
 
@@ -12,19 +13,23 @@ for dir in "${dirs[@]}"; do
 	name="${dir#"${ROOT}"}"
 	name="${name#/}"
 	echo "modules: downloading what ${name:-the root module} needs (cached after the first time)..."
-	n=0
-	# -json reports one object per module; count them as they arrive.
-	(cd "${dir}" && GOWORK=off GOFLAGS=-mod=readonly go mod download -json all) | while IFS= read -r line; do
-		case "${line}" in
-		$'\t"Path": '*)
-			n=$((n + 1))
-			((n % 100)) || echo "modules:   ${n} ready"
-			;;
-		$'\t"Error": '*) echo "modules: ${line#*: }" >&2 ;;
-		esac
-	done
-	if [[ "${PIPESTATUS[0]}" != 0 ]]; then
-		echo "modules: go mod download in ${dir} failed: is the Go module proxy reachable? (GOPROXY=$(go env GOPROXY))" >&2
+	# -x traces each fetch as it happens ("# get URL.zip: 200 OK"); count
+	# the module zips, pass everything that is not a trace through.
+	if ! (cd "${dir}" && GOWORK=off GOFLAGS=-mod=readonly go mod download -x 2>&1) | {
+		n=0
+		while IFS= read -r line; do
+			case "${line}" in
+			'# get '*'.zip: 200 OK'*)
+				n=$((n + 1))
+				((n % 50)) || echo "modules:   ${n} downloaded"
+				;;
+			'# '* | 'mkdir '* | 'cd '* | 'unzip '* | 'rm '* | 'mv '*) ;;
+			*) echo "modules: ${line}" >&2 ;;
+			esac
+		done
+		((n == 0)) || echo "modules:   ${n} downloaded, all there"
+	}; then
+		echo "modules: go mod download in ${dir} failed (see above): is the Go module proxy reachable? (GOPROXY=$(go env GOPROXY))" >&2
 		exit 1
 	fi
 done
