@@ -10,7 +10,7 @@
 # _output/image), reproducibly. Both put the same files in the image, written
 # by the same code (hack/tools/image; here with -rootfs):
 #
-#   /kollect-apiserver                  0755 65532:65532
+#   /kollect-apiserver                  0755 0:0
 #   /etc/passwd, /etc/group             root and nonroot (65532)
 #   /etc/ssl/certs/ca-certificates.crt  Mozilla's roots (golang.org/x/crypto/x509roots/fallback)
 #   /tmp                                1777

@@ -180,8 +180,8 @@ func TestImage(t *testing.T) {
 			t.Fatalf("the image has no /%s", binaryName)
 		case bin.Typeflag != tar.TypeReg:
 			t.Errorf("/%s is of tar type %q, want a regular file", binaryName, bin.Typeflag)
-		case bin.Uid != nonroot || bin.Gid != nonroot:
-			t.Errorf("/%s is owned by %d:%d, want %d:%d", binaryName, bin.Uid, bin.Gid, nonroot, nonroot)
+		case bin.Uid != 0 || bin.Gid != 0:
+			t.Errorf("/%s is owned by %d:%d, want 0:0 (the server, running as %d, must not be able to replace it)", binaryName, bin.Uid, bin.Gid, nonroot)
 		}
 		if bin != nil && bin.Mode&0o7777 != 0o755 {
 			t.Errorf("/%s has mode %o, want 755", binaryName, bin.Mode&0o7777)

@@ -9,7 +9,7 @@
 // The image has one layer, the same files the repository's Dockerfile
 // copies into its scratch stage:
 //
-//	/kollect-apiserver                    0755 65532:65532  the server
+//	/kollect-apiserver                    0755 0:0          the server
 //	/etc/passwd, /etc/group               0644 0:0          root and nonroot (65532)
 //	/etc/ssl/certs/ca-certificates.crt    0644 0:0          Mozilla's roots, for HTTPS sinks
 //	/tmp                                  1777 0:0
@@ -364,7 +364,8 @@ func files(bin []byte) ([]entry, error) {
 		{name: "etc/ssl/", mode: 0o755},
 		{name: "etc/ssl/certs/", mode: 0o755},
 		{name: "etc/ssl/certs/ca-certificates.crt", mode: 0o644, data: caBundle},
-		{name: strings.TrimPrefix(binaryPath, "/"), mode: 0o755, uid: uid, gid: gid, data: bin},
+		// Owned by root: the server, running as 65532, cannot replace itself.
+		{name: strings.TrimPrefix(binaryPath, "/"), mode: 0o755, uid: 0, gid: 0, data: bin},
 		{name: "tmp/", mode: 0o1777},
 		{name: "var/", mode: 0o755},
 		{name: "var/lib/", mode: 0o755},
