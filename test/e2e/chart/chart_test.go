@@ -419,9 +419,10 @@ func TestUpgradeKeepsGeneratedCerts(t *testing.T) {
 	for _, name := range []string{"kollect-serving-cert", "kollect-etcd-tls", "kollect-etcd-client"} {
 		live, err := env.Kube(t).CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			hist, _ := runHelm(ctx, "get", "manifest", release, "--namespace", namespace)
-			hist = strings.Join(regexp.MustCompile(`(?m)^kind: Secret\n(?:.*\n){0,2}`).FindAllString(hist, -1), "\n")
-			t.Fatalf("%v\n%s\n%s", err, env.Kubectl(t, ctx, "-n", namespace, "get", "secrets"), hist)
+			// Which Secrets the release holds, beside those in the cluster.
+			manifest, _ := runHelm(ctx, "get", "manifest", release, "--namespace", namespace)
+			secrets := regexp.MustCompile(`(?m)^kind: Secret\n(?:.*\n){0,2}`).FindAllString(manifest, -1)
+			t.Fatalf("%v\n%s\nthe release's Secrets:\n%s", err, env.Kubectl(t, ctx, "-n", namespace, "get", "secrets"), strings.Join(secrets, "\n"))
 		}
 		var rendered *unstructured.Unstructured
 		for _, o := range objects(t, out) {
