@@ -192,7 +192,14 @@ type ProbeResult struct {
 	// succeeded is true when the sink accepted a connection and the credentials.
 	// +optional
 	Succeeded bool `json:"succeeded,omitempty"`
-	// message explains a failure. It never contains credentials.
+	// outcome classifies the result without disclosing what answered:
+	// Succeeded, AddressForbidden (the endpoint is or resolves to an address
+	// sinks may not reach), DNS, Refused, Timeout, TLS, Auth, HTTPStatus,
+	// Protocol or SecretForbidden.
+	// +optional
+	Outcome string `json:"outcome,omitempty"`
+	// message explains a failure. It never contains credentials, nor text
+	// the endpoint sent unless the endpoint is the sink's own service.
 	// +optional
 	Message string `json:"message,omitempty"`
 	// latencyMillis is how long the probe took.
@@ -215,6 +222,12 @@ type SinkStatus struct {
 	// probe is the result of the last connection test.
 	// +optional
 	Probe *ProbeResult `json:"probe,omitempty"`
+	// requester is the user whose request created the sink or last changed
+	// its secretRef: the Secret is used on that user's authority, which the
+	// server re-checks (get on the Secret) before every use. It cannot be
+	// set by clients.
+	// +optional
+	Requester *RequesterInfo `json:"requester,omitempty"`
 }
 
 // Condition types and reasons shared by the kinds.
@@ -240,6 +253,19 @@ const (
 	ReasonSinkForbidden    = "SinkForbidden"
 	ReasonProfileNotFound  = "ProfileNotFound"
 	ReasonProfileForbidden = "ProfileForbidden"
+	// ReasonSecretForbidden: the sink's requester may no longer get its
+	// Secret; the sink is not used until the grant returns or the sink is
+	// updated by someone who may.
+	ReasonSecretForbidden = "SecretForbidden"
+	// ReasonItemsForbidden: the inventory's requester may not list the items
+	// it would export.
+	ReasonItemsForbidden = "ItemsForbidden"
+	// ReasonQuotaExceeded: a Scope's or ClusterScope's quota stops part of
+	// the collection; the message says how many objects were left out.
+	ReasonQuotaExceeded = "QuotaExceeded"
+	// ReasonRequesterExpired: the server runs with --requester-max-age and
+	// the object's requester was not re-affirmed by an update in that time.
+	ReasonRequesterExpired = "RequesterExpired"
 	// The Scope reasons: a Scope or ClusterScope written after the object
 	// forbids what it does; the object stops doing it until the limit or the
 	// object changes.

@@ -330,6 +330,31 @@ func (in *ClusterScopeSpec) DeepCopyInto(out *ClusterScopeSpec) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.MaxTargets != nil {
+		in, out := &in.MaxTargets, &out.MaxTargets
+		*out = new(int32)
+		**out = **in
+	}
+	if in.MaxInventories != nil {
+		in, out := &in.MaxInventories, &out.MaxInventories
+		*out = new(int32)
+		**out = **in
+	}
+	if in.MaxSinks != nil {
+		in, out := &in.MaxSinks, &out.MaxSinks
+		*out = new(int32)
+		**out = **in
+	}
+	if in.MaxItems != nil {
+		in, out := &in.MaxItems, &out.MaxItems
+		*out = new(int64)
+		**out = **in
+	}
+	if in.MaxItemBytes != nil {
+		in, out := &in.MaxItemBytes, &out.MaxItemBytes
+		x := (*in).DeepCopy()
+		*out = &x
+	}
 	return
 }
 
@@ -1398,6 +1423,31 @@ func (in *ScopeSpec) DeepCopyInto(out *ScopeSpec) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.MaxTargets != nil {
+		in, out := &in.MaxTargets, &out.MaxTargets
+		*out = new(int32)
+		**out = **in
+	}
+	if in.MaxInventories != nil {
+		in, out := &in.MaxInventories, &out.MaxInventories
+		*out = new(int32)
+		**out = **in
+	}
+	if in.MaxSinks != nil {
+		in, out := &in.MaxSinks, &out.MaxSinks
+		*out = new(int32)
+		**out = **in
+	}
+	if in.MaxItems != nil {
+		in, out := &in.MaxItems, &out.MaxItems
+		*out = new(int64)
+		**out = **in
+	}
+	if in.MaxItemBytes != nil {
+		in, out := &in.MaxItemBytes, &out.MaxItemBytes
+		x := (*in).DeepCopy()
+		*out = &x
+	}
 	return
 }
 
@@ -1494,6 +1544,11 @@ func (in *SinkStatus) DeepCopyInto(out *SinkStatus) {
 	if in.Probe != nil {
 		in, out := &in.Probe, &out.Probe
 		*out = new(ProbeResult)
+		(*in).DeepCopyInto(*out)
+	}
+	if in.Requester != nil {
+		in, out := &in.Requester, &out.Requester
+		*out = new(RequesterInfo)
 		(*in).DeepCopyInto(*out)
 	}
 	return

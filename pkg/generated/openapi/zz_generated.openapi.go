@@ -3491,11 +3491,45 @@ func schema_pkg_apis_kollect_v1alpha1_ClusterScopeSpec(ref common.ReferenceCallb
 							},
 						},
 					},
+					"maxTargets": {
+						SchemaProps: spec.SchemaProps{
+							Description: "maxTargets is the most ClusterTargets the cluster may hold; creating one more is refused. Unset: the server's --default-max-targets.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"maxInventories": {
+						SchemaProps: spec.SchemaProps{
+							Description: "maxInventories is the most ClusterInventories the cluster may hold. Unset: the server's --default-max-inventories.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"maxSinks": {
+						SchemaProps: spec.SchemaProps{
+							Description: "maxSinks is the most sinks (SnapshotSinks, DatabaseSinks and EventSinks together) the cluster may hold, all namespaces together; each namespace's Scopes limit its own further. Unset: no cluster-wide limit.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"maxItems": {
+						SchemaProps: spec.SchemaProps{
+							Description: "maxItems is the most ClusterInventoryItems the ClusterTargets may hold together; objects past it are not collected and their ClusterTargets report Degraded, QuotaExceeded with the count. Unset: the server's --default-max-items.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"maxItemBytes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "maxItemBytes is the largest a ClusterInventoryItem may be (its attributes or object, as stored); a larger one is not collected and counts as over quota. Unset: the server's --default-max-item-bytes.",
+							Ref:         ref(resource.Quantity{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1.Duration{}.OpenAPIModelName(), v1alpha1.GroupKind{}.OpenAPIModelName()},
+			resource.Quantity{}.OpenAPIModelName(), v1.Duration{}.OpenAPIModelName(), v1alpha1.GroupKind{}.OpenAPIModelName()},
 	}
 }
 
@@ -3805,6 +3839,13 @@ func schema_pkg_apis_kollect_v1alpha1_CollectionObservation(ref common.Reference
 					"failedCount": {
 						SchemaProps: spec.SchemaProps{
 							Description: "failedCount is how many matching objects could not be extracted.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"overQuotaCount": {
+						SchemaProps: spec.SchemaProps{
+							Description: "overQuotaCount is how many matching objects were not collected because the Scope's (or ClusterScope's) maxItems or maxItemBytes was reached; the Target is then Degraded with reason QuotaExceeded.",
 							Type:        []string{"integer"},
 							Format:      "int64",
 						},
@@ -4921,9 +4962,16 @@ func schema_pkg_apis_kollect_v1alpha1_ProbeResult(ref common.ReferenceCallback) 
 							Format:      "",
 						},
 					},
+					"outcome": {
+						SchemaProps: spec.SchemaProps{
+							Description: "outcome classifies the result without disclosing what answered: Succeeded, AddressForbidden (the endpoint is or resolves to an address sinks may not reach), DNS, Refused, Timeout, TLS, Auth, HTTPStatus, Protocol or SecretForbidden.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"message": {
 						SchemaProps: spec.SchemaProps{
-							Description: "message explains a failure. It never contains credentials.",
+							Description: "message explains a failure. It never contains credentials, nor text the endpoint sent unless the endpoint is the sink's own service.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -5513,11 +5561,45 @@ func schema_pkg_apis_kollect_v1alpha1_ScopeSpec(ref common.ReferenceCallback) co
 							},
 						},
 					},
+					"maxTargets": {
+						SchemaProps: spec.SchemaProps{
+							Description: "maxTargets is the most Targets the namespace may hold; creating one more is refused. Unset: the server's --default-max-targets.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"maxInventories": {
+						SchemaProps: spec.SchemaProps{
+							Description: "maxInventories is the most Inventories the namespace may hold. Unset: the server's --default-max-inventories.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"maxSinks": {
+						SchemaProps: spec.SchemaProps{
+							Description: "maxSinks is the most sinks (SnapshotSinks, DatabaseSinks and EventSinks together) the namespace may hold. Unset: the server's --default-max-sinks.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"maxItems": {
+						SchemaProps: spec.SchemaProps{
+							Description: "maxItems is the most InventoryItems the namespace's Targets may hold together; objects past it are not collected and their Targets report Degraded, QuotaExceeded with the count. Unset: the server's --default-max-items.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"maxItemBytes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "maxItemBytes is the largest an InventoryItem of the namespace may be (its attributes or object, as stored); a larger one is not collected and counts as over quota. Unset: the server's --default-max-item-bytes.",
+							Ref:         ref(resource.Quantity{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1.Duration{}.OpenAPIModelName(), v1alpha1.GroupKind{}.OpenAPIModelName()},
+			resource.Quantity{}.OpenAPIModelName(), v1.Duration{}.OpenAPIModelName(), v1alpha1.GroupKind{}.OpenAPIModelName()},
 	}
 }
 
@@ -5744,11 +5826,17 @@ func schema_pkg_apis_kollect_v1alpha1_SinkStatus(ref common.ReferenceCallback) c
 							Ref:         ref(v1alpha1.ProbeResult{}.OpenAPIModelName()),
 						},
 					},
+					"requester": {
+						SchemaProps: spec.SchemaProps{
+							Description: "requester is the user whose request created the sink or last changed its secretRef: the Secret is used on that user's authority, which the server re-checks (get on the Secret) before every use. It cannot be set by clients.",
+							Ref:         ref(v1alpha1.RequesterInfo{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1.Condition{}.OpenAPIModelName(), v1alpha1.ProbeResult{}.OpenAPIModelName()},
+			v1.Condition{}.OpenAPIModelName(), v1alpha1.ProbeResult{}.OpenAPIModelName(), v1alpha1.RequesterInfo{}.OpenAPIModelName()},
 	}
 }
 

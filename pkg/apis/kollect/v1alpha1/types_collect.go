@@ -201,6 +201,11 @@ type CollectionObservation struct {
 	// failedCount is how many matching objects could not be extracted.
 	// +optional
 	FailedCount int64 `json:"failedCount,omitempty"`
+	// overQuotaCount is how many matching objects were not collected
+	// because the Scope's (or ClusterScope's) maxItems or maxItemBytes was
+	// reached; the Target is then Degraded with reason QuotaExceeded.
+	// +optional
+	OverQuotaCount int64 `json:"overQuotaCount,omitempty"`
 	// lastError is the last extraction or resolution error.
 	// +optional
 	LastError string `json:"lastError,omitempty"`

@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -46,6 +47,30 @@ type ScopeSpec struct {
 	// +optional
 	// +listType=set
 	EventSinkRefs []string `json:"eventSinkRefs,omitempty"`
+	// maxTargets is the most Targets the namespace may hold; creating one
+	// more is refused. Unset: the server's --default-max-targets.
+	// +optional
+	MaxTargets *int32 `json:"maxTargets,omitempty"`
+	// maxInventories is the most Inventories the namespace may hold.
+	// Unset: the server's --default-max-inventories.
+	// +optional
+	MaxInventories *int32 `json:"maxInventories,omitempty"`
+	// maxSinks is the most sinks (SnapshotSinks, DatabaseSinks and
+	// EventSinks together) the namespace may hold. Unset: the server's
+	// --default-max-sinks.
+	// +optional
+	MaxSinks *int32 `json:"maxSinks,omitempty"`
+	// maxItems is the most InventoryItems the namespace's Targets may hold
+	// together; objects past it are not collected and their Targets report
+	// Degraded, QuotaExceeded with the count. Unset: the server's
+	// --default-max-items.
+	// +optional
+	MaxItems *int64 `json:"maxItems,omitempty"`
+	// maxItemBytes is the largest an InventoryItem of the namespace may be
+	// (its attributes or object, as stored); a larger one is not collected
+	// and counts as over quota. Unset: the server's --default-max-item-bytes.
+	// +optional
+	MaxItemBytes *resource.Quantity `json:"maxItemBytes,omitempty"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -116,6 +141,31 @@ type ClusterScopeSpec struct {
 	// +optional
 	// +listType=set
 	EventSinkRefs []string `json:"eventSinkRefs,omitempty"`
+	// maxTargets is the most ClusterTargets the cluster may hold; creating
+	// one more is refused. Unset: the server's --default-max-targets.
+	// +optional
+	MaxTargets *int32 `json:"maxTargets,omitempty"`
+	// maxInventories is the most ClusterInventories the cluster may hold.
+	// Unset: the server's --default-max-inventories.
+	// +optional
+	MaxInventories *int32 `json:"maxInventories,omitempty"`
+	// maxSinks is the most sinks (SnapshotSinks, DatabaseSinks and
+	// EventSinks together) the cluster may hold, all namespaces together;
+	// each namespace's Scopes limit its own further. Unset: no cluster-wide
+	// limit.
+	// +optional
+	MaxSinks *int32 `json:"maxSinks,omitempty"`
+	// maxItems is the most ClusterInventoryItems the ClusterTargets may
+	// hold together; objects past it are not collected and their
+	// ClusterTargets report Degraded, QuotaExceeded with the count. Unset: the server's
+	// --default-max-items.
+	// +optional
+	MaxItems *int64 `json:"maxItems,omitempty"`
+	// maxItemBytes is the largest a ClusterInventoryItem may be (its
+	// attributes or object, as stored); a larger one is not collected
+	// and counts as over quota. Unset: the server's --default-max-item-bytes.
+	// +optional
+	MaxItemBytes *resource.Quantity `json:"maxItemBytes,omitempty"`
 }
 
 // +genclient:nonNamespaced

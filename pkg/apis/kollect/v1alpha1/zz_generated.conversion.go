@@ -24,6 +24,7 @@ package v1alpha1
 import (
 	unsafe "unsafe"
 
+	resource "k8s.io/apimachinery/pkg/api/resource"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	conversion "k8s.io/apimachinery/pkg/conversion"
 	runtime "k8s.io/apimachinery/pkg/runtime"
@@ -864,6 +865,11 @@ func autoConvert_v1alpha1_ClusterScopeSpec_To_kollect_ClusterScopeSpec(in *Clust
 	out.SnapshotSinkRefs = *(*[]string)(unsafe.Pointer(&in.SnapshotSinkRefs))
 	out.DatabaseSinkRefs = *(*[]string)(unsafe.Pointer(&in.DatabaseSinkRefs))
 	out.EventSinkRefs = *(*[]string)(unsafe.Pointer(&in.EventSinkRefs))
+	out.MaxTargets = (*int32)(unsafe.Pointer(in.MaxTargets))
+	out.MaxInventories = (*int32)(unsafe.Pointer(in.MaxInventories))
+	out.MaxSinks = (*int32)(unsafe.Pointer(in.MaxSinks))
+	out.MaxItems = (*int64)(unsafe.Pointer(in.MaxItems))
+	out.MaxItemBytes = (*resource.Quantity)(unsafe.Pointer(in.MaxItemBytes))
 	return nil
 }
 
@@ -881,6 +887,11 @@ func autoConvert_kollect_ClusterScopeSpec_To_v1alpha1_ClusterScopeSpec(in *kolle
 	out.SnapshotSinkRefs = *(*[]string)(unsafe.Pointer(&in.SnapshotSinkRefs))
 	out.DatabaseSinkRefs = *(*[]string)(unsafe.Pointer(&in.DatabaseSinkRefs))
 	out.EventSinkRefs = *(*[]string)(unsafe.Pointer(&in.EventSinkRefs))
+	out.MaxTargets = (*int32)(unsafe.Pointer(in.MaxTargets))
+	out.MaxInventories = (*int32)(unsafe.Pointer(in.MaxInventories))
+	out.MaxSinks = (*int32)(unsafe.Pointer(in.MaxSinks))
+	out.MaxItems = (*int64)(unsafe.Pointer(in.MaxItems))
+	out.MaxItemBytes = (*resource.Quantity)(unsafe.Pointer(in.MaxItemBytes))
 	return nil
 }
 
@@ -1011,6 +1022,7 @@ func autoConvert_v1alpha1_CollectionObservation_To_kollect_CollectionObservation
 	out.ObservedGeneration = in.ObservedGeneration
 	out.ItemCount = in.ItemCount
 	out.FailedCount = in.FailedCount
+	out.OverQuotaCount = in.OverQuotaCount
 	out.LastError = in.LastError
 	out.Reason = in.Reason
 	out.LastFullSyncTime = (*v1.Time)(unsafe.Pointer(in.LastFullSyncTime))
@@ -1027,6 +1039,7 @@ func autoConvert_kollect_CollectionObservation_To_v1alpha1_CollectionObservation
 	out.ObservedGeneration = in.ObservedGeneration
 	out.ItemCount = in.ItemCount
 	out.FailedCount = in.FailedCount
+	out.OverQuotaCount = in.OverQuotaCount
 	out.LastError = in.LastError
 	out.Reason = in.Reason
 	out.LastFullSyncTime = (*v1.Time)(unsafe.Pointer(in.LastFullSyncTime))
@@ -1596,6 +1609,7 @@ func Convert_kollect_PostgresSinkConfig_To_v1alpha1_PostgresSinkConfig(in *kolle
 func autoConvert_v1alpha1_ProbeResult_To_kollect_ProbeResult(in *ProbeResult, out *kollect.ProbeResult, s conversion.Scope) error {
 	out.Time = (*v1.Time)(unsafe.Pointer(in.Time))
 	out.Succeeded = in.Succeeded
+	out.Outcome = in.Outcome
 	out.Message = in.Message
 	out.LatencyMillis = in.LatencyMillis
 	return nil
@@ -1609,6 +1623,7 @@ func Convert_v1alpha1_ProbeResult_To_kollect_ProbeResult(in *ProbeResult, out *k
 func autoConvert_kollect_ProbeResult_To_v1alpha1_ProbeResult(in *kollect.ProbeResult, out *ProbeResult, s conversion.Scope) error {
 	out.Time = (*v1.Time)(unsafe.Pointer(in.Time))
 	out.Succeeded = in.Succeeded
+	out.Outcome = in.Outcome
 	out.Message = in.Message
 	out.LatencyMillis = in.LatencyMillis
 	return nil
@@ -1859,6 +1874,11 @@ func autoConvert_v1alpha1_ScopeSpec_To_kollect_ScopeSpec(in *ScopeSpec, out *kol
 	out.SnapshotSinkRefs = *(*[]string)(unsafe.Pointer(&in.SnapshotSinkRefs))
 	out.DatabaseSinkRefs = *(*[]string)(unsafe.Pointer(&in.DatabaseSinkRefs))
 	out.EventSinkRefs = *(*[]string)(unsafe.Pointer(&in.EventSinkRefs))
+	out.MaxTargets = (*int32)(unsafe.Pointer(in.MaxTargets))
+	out.MaxInventories = (*int32)(unsafe.Pointer(in.MaxInventories))
+	out.MaxSinks = (*int32)(unsafe.Pointer(in.MaxSinks))
+	out.MaxItems = (*int64)(unsafe.Pointer(in.MaxItems))
+	out.MaxItemBytes = (*resource.Quantity)(unsafe.Pointer(in.MaxItemBytes))
 	return nil
 }
 
@@ -1873,6 +1893,11 @@ func autoConvert_kollect_ScopeSpec_To_v1alpha1_ScopeSpec(in *kollect.ScopeSpec, 
 	out.SnapshotSinkRefs = *(*[]string)(unsafe.Pointer(&in.SnapshotSinkRefs))
 	out.DatabaseSinkRefs = *(*[]string)(unsafe.Pointer(&in.DatabaseSinkRefs))
 	out.EventSinkRefs = *(*[]string)(unsafe.Pointer(&in.EventSinkRefs))
+	out.MaxTargets = (*int32)(unsafe.Pointer(in.MaxTargets))
+	out.MaxInventories = (*int32)(unsafe.Pointer(in.MaxInventories))
+	out.MaxSinks = (*int32)(unsafe.Pointer(in.MaxSinks))
+	out.MaxItems = (*int64)(unsafe.Pointer(in.MaxItems))
+	out.MaxItemBytes = (*resource.Quantity)(unsafe.Pointer(in.MaxItemBytes))
 	return nil
 }
 
@@ -1977,6 +2002,7 @@ func autoConvert_v1alpha1_SinkStatus_To_kollect_SinkStatus(in *SinkStatus, out *
 	out.ObservedGeneration = in.ObservedGeneration
 	out.Conditions = *(*[]v1.Condition)(unsafe.Pointer(&in.Conditions))
 	out.Probe = (*kollect.ProbeResult)(unsafe.Pointer(in.Probe))
+	out.Requester = (*kollect.RequesterInfo)(unsafe.Pointer(in.Requester))
 	return nil
 }
 
@@ -1989,6 +2015,7 @@ func autoConvert_kollect_SinkStatus_To_v1alpha1_SinkStatus(in *kollect.SinkStatu
 	out.ObservedGeneration = in.ObservedGeneration
 	out.Conditions = *(*[]v1.Condition)(unsafe.Pointer(&in.Conditions))
 	out.Probe = (*ProbeResult)(unsafe.Pointer(in.Probe))
+	out.Requester = (*RequesterInfo)(unsafe.Pointer(in.Requester))
 	return nil
 }
 

@@ -19,6 +19,7 @@ limitations under the License.
 package v1alpha1
 
 import (
+	resource "k8s.io/apimachinery/pkg/api/resource"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -45,6 +46,26 @@ type ClusterScopeSpecApplyConfiguration struct {
 	DatabaseSinkRefs []string `json:"databaseSinkRefs,omitempty"`
 	// eventSinkRefs are the EventSinks, as "namespace/name". At most 100.
 	EventSinkRefs []string `json:"eventSinkRefs,omitempty"`
+	// maxTargets is the most ClusterTargets the cluster may hold; creating
+	// one more is refused. Unset: the server's --default-max-targets.
+	MaxTargets *int32 `json:"maxTargets,omitempty"`
+	// maxInventories is the most ClusterInventories the cluster may hold.
+	// Unset: the server's --default-max-inventories.
+	MaxInventories *int32 `json:"maxInventories,omitempty"`
+	// maxSinks is the most sinks (SnapshotSinks, DatabaseSinks and
+	// EventSinks together) the cluster may hold, all namespaces together;
+	// each namespace's Scopes limit its own further. Unset: no cluster-wide
+	// limit.
+	MaxSinks *int32 `json:"maxSinks,omitempty"`
+	// maxItems is the most ClusterInventoryItems the ClusterTargets may
+	// hold together; objects past it are not collected and their
+	// ClusterTargets report Degraded, QuotaExceeded with the count. Unset: the server's
+	// --default-max-items.
+	MaxItems *int64 `json:"maxItems,omitempty"`
+	// maxItemBytes is the largest a ClusterInventoryItem may be (its
+	// attributes or object, as stored); a larger one is not collected
+	// and counts as over quota. Unset: the server's --default-max-item-bytes.
+	MaxItemBytes *resource.Quantity `json:"maxItemBytes,omitempty"`
 }
 
 // ClusterScopeSpecApplyConfiguration constructs a declarative configuration of the ClusterScopeSpec type for use with
@@ -131,5 +152,45 @@ func (b *ClusterScopeSpecApplyConfiguration) WithEventSinkRefs(values ...string)
 	for i := range values {
 		b.EventSinkRefs = append(b.EventSinkRefs, values[i])
 	}
+	return b
+}
+
+// WithMaxTargets sets the MaxTargets field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MaxTargets field is set to the value of the last call.
+func (b *ClusterScopeSpecApplyConfiguration) WithMaxTargets(value int32) *ClusterScopeSpecApplyConfiguration {
+	b.MaxTargets = &value
+	return b
+}
+
+// WithMaxInventories sets the MaxInventories field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MaxInventories field is set to the value of the last call.
+func (b *ClusterScopeSpecApplyConfiguration) WithMaxInventories(value int32) *ClusterScopeSpecApplyConfiguration {
+	b.MaxInventories = &value
+	return b
+}
+
+// WithMaxSinks sets the MaxSinks field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MaxSinks field is set to the value of the last call.
+func (b *ClusterScopeSpecApplyConfiguration) WithMaxSinks(value int32) *ClusterScopeSpecApplyConfiguration {
+	b.MaxSinks = &value
+	return b
+}
+
+// WithMaxItems sets the MaxItems field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MaxItems field is set to the value of the last call.
+func (b *ClusterScopeSpecApplyConfiguration) WithMaxItems(value int64) *ClusterScopeSpecApplyConfiguration {
+	b.MaxItems = &value
+	return b
+}
+
+// WithMaxItemBytes sets the MaxItemBytes field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MaxItemBytes field is set to the value of the last call.
+func (b *ClusterScopeSpecApplyConfiguration) WithMaxItemBytes(value resource.Quantity) *ClusterScopeSpecApplyConfiguration {
+	b.MaxItemBytes = &value
 	return b
 }

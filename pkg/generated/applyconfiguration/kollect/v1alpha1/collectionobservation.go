@@ -34,6 +34,10 @@ type CollectionObservationApplyConfiguration struct {
 	ItemCount *int64 `json:"itemCount,omitempty"`
 	// failedCount is how many matching objects could not be extracted.
 	FailedCount *int64 `json:"failedCount,omitempty"`
+	// overQuotaCount is how many matching objects were not collected
+	// because the Scope's (or ClusterScope's) maxItems or maxItemBytes was
+	// reached; the Target is then Degraded with reason QuotaExceeded.
+	OverQuotaCount *int64 `json:"overQuotaCount,omitempty"`
 	// lastError is the last extraction or resolution error.
 	LastError *string `json:"lastError,omitempty"`
 	// reason is a CamelCase word for why collection cannot proceed, such as
@@ -73,6 +77,14 @@ func (b *CollectionObservationApplyConfiguration) WithItemCount(value int64) *Co
 // If called multiple times, the FailedCount field is set to the value of the last call.
 func (b *CollectionObservationApplyConfiguration) WithFailedCount(value int64) *CollectionObservationApplyConfiguration {
 	b.FailedCount = &value
+	return b
+}
+
+// WithOverQuotaCount sets the OverQuotaCount field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the OverQuotaCount field is set to the value of the last call.
+func (b *CollectionObservationApplyConfiguration) WithOverQuotaCount(value int64) *CollectionObservationApplyConfiguration {
+	b.OverQuotaCount = &value
 	return b
 }
 

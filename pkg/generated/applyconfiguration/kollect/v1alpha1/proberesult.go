@@ -31,7 +31,13 @@ type ProbeResultApplyConfiguration struct {
 	Time *v1.Time `json:"time,omitempty"`
 	// succeeded is true when the sink accepted a connection and the credentials.
 	Succeeded *bool `json:"succeeded,omitempty"`
-	// message explains a failure. It never contains credentials.
+	// outcome classifies the result without disclosing what answered:
+	// Succeeded, AddressForbidden (the endpoint is or resolves to an address
+	// sinks may not reach), DNS, Refused, Timeout, TLS, Auth, HTTPStatus,
+	// Protocol or SecretForbidden.
+	Outcome *string `json:"outcome,omitempty"`
+	// message explains a failure. It never contains credentials, nor text
+	// the endpoint sent unless the endpoint is the sink's own service.
 	Message *string `json:"message,omitempty"`
 	// latencyMillis is how long the probe took.
 	LatencyMillis *int64 `json:"latencyMillis,omitempty"`
@@ -56,6 +62,14 @@ func (b *ProbeResultApplyConfiguration) WithTime(value v1.Time) *ProbeResultAppl
 // If called multiple times, the Succeeded field is set to the value of the last call.
 func (b *ProbeResultApplyConfiguration) WithSucceeded(value bool) *ProbeResultApplyConfiguration {
 	b.Succeeded = &value
+	return b
+}
+
+// WithOutcome sets the Outcome field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Outcome field is set to the value of the last call.
+func (b *ProbeResultApplyConfiguration) WithOutcome(value string) *ProbeResultApplyConfiguration {
+	b.Outcome = &value
 	return b
 }
 

@@ -19,6 +19,7 @@ limitations under the License.
 package v1alpha1
 
 import (
+	resource "k8s.io/apimachinery/pkg/api/resource"
 	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -39,6 +40,25 @@ type ScopeSpecApplyConfiguration struct {
 	DatabaseSinkRefs []string `json:"databaseSinkRefs,omitempty"`
 	// eventSinkRefs are the EventSinks inventories may export to. At most 100.
 	EventSinkRefs []string `json:"eventSinkRefs,omitempty"`
+	// maxTargets is the most Targets the namespace may hold; creating one
+	// more is refused. Unset: the server's --default-max-targets.
+	MaxTargets *int32 `json:"maxTargets,omitempty"`
+	// maxInventories is the most Inventories the namespace may hold.
+	// Unset: the server's --default-max-inventories.
+	MaxInventories *int32 `json:"maxInventories,omitempty"`
+	// maxSinks is the most sinks (SnapshotSinks, DatabaseSinks and
+	// EventSinks together) the namespace may hold. Unset: the server's
+	// --default-max-sinks.
+	MaxSinks *int32 `json:"maxSinks,omitempty"`
+	// maxItems is the most InventoryItems the namespace's Targets may hold
+	// together; objects past it are not collected and their Targets report
+	// Degraded, QuotaExceeded with the count. Unset: the server's
+	// --default-max-items.
+	MaxItems *int64 `json:"maxItems,omitempty"`
+	// maxItemBytes is the largest an InventoryItem of the namespace may be
+	// (its attributes or object, as stored); a larger one is not collected
+	// and counts as over quota. Unset: the server's --default-max-item-bytes.
+	MaxItemBytes *resource.Quantity `json:"maxItemBytes,omitempty"`
 }
 
 // ScopeSpecApplyConfiguration constructs a declarative configuration of the ScopeSpec type for use with
@@ -95,5 +115,45 @@ func (b *ScopeSpecApplyConfiguration) WithEventSinkRefs(values ...string) *Scope
 	for i := range values {
 		b.EventSinkRefs = append(b.EventSinkRefs, values[i])
 	}
+	return b
+}
+
+// WithMaxTargets sets the MaxTargets field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MaxTargets field is set to the value of the last call.
+func (b *ScopeSpecApplyConfiguration) WithMaxTargets(value int32) *ScopeSpecApplyConfiguration {
+	b.MaxTargets = &value
+	return b
+}
+
+// WithMaxInventories sets the MaxInventories field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MaxInventories field is set to the value of the last call.
+func (b *ScopeSpecApplyConfiguration) WithMaxInventories(value int32) *ScopeSpecApplyConfiguration {
+	b.MaxInventories = &value
+	return b
+}
+
+// WithMaxSinks sets the MaxSinks field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MaxSinks field is set to the value of the last call.
+func (b *ScopeSpecApplyConfiguration) WithMaxSinks(value int32) *ScopeSpecApplyConfiguration {
+	b.MaxSinks = &value
+	return b
+}
+
+// WithMaxItems sets the MaxItems field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MaxItems field is set to the value of the last call.
+func (b *ScopeSpecApplyConfiguration) WithMaxItems(value int64) *ScopeSpecApplyConfiguration {
+	b.MaxItems = &value
+	return b
+}
+
+// WithMaxItemBytes sets the MaxItemBytes field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MaxItemBytes field is set to the value of the last call.
+func (b *ScopeSpecApplyConfiguration) WithMaxItemBytes(value resource.Quantity) *ScopeSpecApplyConfiguration {
+	b.MaxItemBytes = &value
 	return b
 }

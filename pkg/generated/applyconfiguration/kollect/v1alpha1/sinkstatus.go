@@ -33,6 +33,11 @@ type SinkStatusApplyConfiguration struct {
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// probe is the result of the last connection test.
 	Probe *ProbeResultApplyConfiguration `json:"probe,omitempty"`
+	// requester is the user whose request created the sink or last changed
+	// its secretRef: the Secret is used on that user's authority, which the
+	// server re-checks (get on the Secret) before every use. It cannot be
+	// set by clients.
+	Requester *RequesterInfoApplyConfiguration `json:"requester,omitempty"`
 }
 
 // SinkStatusApplyConfiguration constructs a declarative configuration of the SinkStatus type for use with
@@ -67,5 +72,13 @@ func (b *SinkStatusApplyConfiguration) WithConditions(values ...*v1.ConditionApp
 // If called multiple times, the Probe field is set to the value of the last call.
 func (b *SinkStatusApplyConfiguration) WithProbe(value *ProbeResultApplyConfiguration) *SinkStatusApplyConfiguration {
 	b.Probe = value
+	return b
+}
+
+// WithRequester sets the Requester field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Requester field is set to the value of the last call.
+func (b *SinkStatusApplyConfiguration) WithRequester(value *RequesterInfoApplyConfiguration) *SinkStatusApplyConfiguration {
+	b.Requester = value
 	return b
 }
