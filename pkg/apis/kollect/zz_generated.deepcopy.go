@@ -1286,6 +1286,10 @@ func (in *RequesterInfo) DeepCopyInto(out *RequesterInfo) {
 			(*out)[key] = outVal
 		}
 	}
+	if in.RecordedAt != nil {
+		in, out := &in.RecordedAt, &out.RecordedAt
+		*out = (*in).DeepCopy()
+	}
 	return
 }
 

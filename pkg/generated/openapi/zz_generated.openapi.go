@@ -5300,10 +5300,18 @@ func schema_pkg_apis_kollect_v1alpha1_RequesterInfo(ref common.ReferenceCallback
 							},
 						},
 					},
+					"recordedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "recordedAt is when the server recorded this requester. With --requester-max-age, an object whose requester is older than that (not re-affirmed by an update) stops acting: Degraded, RequesterExpired.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"username"},
 			},
 		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
 	}
 }
 

@@ -69,6 +69,11 @@ type RequesterInfo struct {
 	// the scopes of a token; authorization checks replay it.
 	// +optional
 	Extra map[string]ExtraValue `json:"extra,omitempty"`
+	// recordedAt is when the server recorded this requester. With
+	// --requester-max-age, an object whose requester is older than that
+	// (not re-affirmed by an update) stops acting: Degraded, RequesterExpired.
+	// +optional
+	RecordedAt *metav1.Time `json:"recordedAt,omitempty"`
 }
 
 // ExtraValue is one entry of RequesterInfo.extra: a list of strings.

@@ -1773,6 +1773,7 @@ func autoConvert_v1alpha1_RequesterInfo_To_kollect_RequesterInfo(in *RequesterIn
 	out.UID = in.UID
 	out.Groups = *(*[]string)(unsafe.Pointer(&in.Groups))
 	out.Extra = *(*map[string]kollect.ExtraValue)(unsafe.Pointer(&in.Extra))
+	out.RecordedAt = (*v1.Time)(unsafe.Pointer(in.RecordedAt))
 	return nil
 }
 
@@ -1786,6 +1787,7 @@ func autoConvert_kollect_RequesterInfo_To_v1alpha1_RequesterInfo(in *kollect.Req
 	out.UID = in.UID
 	out.Groups = *(*[]string)(unsafe.Pointer(&in.Groups))
 	out.Extra = *(*map[string]ExtraValue)(unsafe.Pointer(&in.Extra))
+	out.RecordedAt = (*v1.Time)(unsafe.Pointer(in.RecordedAt))
 	return nil
 }
 

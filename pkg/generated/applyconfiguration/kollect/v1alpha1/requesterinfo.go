@@ -19,6 +19,7 @@ limitations under the License.
 package v1alpha1
 
 import (
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kollectv1alpha1 "kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 )
 
@@ -40,6 +41,10 @@ type RequesterInfoApplyConfiguration struct {
 	// extra holds additional information the authenticator provided, such as
 	// the scopes of a token; authorization checks replay it.
 	Extra map[string]kollectv1alpha1.ExtraValue `json:"extra,omitempty"`
+	// recordedAt is when the server recorded this requester. With
+	// --requester-max-age, an object whose requester is older than that
+	// (not re-affirmed by an update) stops acting: Degraded, RequesterExpired.
+	RecordedAt *v1.Time `json:"recordedAt,omitempty"`
 }
 
 // RequesterInfoApplyConfiguration constructs a declarative configuration of the RequesterInfo type for use with
@@ -85,5 +90,13 @@ func (b *RequesterInfoApplyConfiguration) WithExtra(entries map[string]kollectv1
 	for k, v := range entries {
 		b.Extra[k] = v
 	}
+	return b
+}
+
+// WithRecordedAt sets the RecordedAt field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the RecordedAt field is set to the value of the last call.
+func (b *RequesterInfoApplyConfiguration) WithRecordedAt(value v1.Time) *RequesterInfoApplyConfiguration {
+	b.RecordedAt = &value
 	return b
 }
