@@ -9,7 +9,13 @@
 //
 //	kollect-local [--dir _output/local] [--tools-dir _output/tools/bin]
 //	              [--kollect-binary _output/bin/kollect-apiserver]
-//	              [--examples artifacts/examples] [-- extra kollect-apiserver flags]
+//	              [--examples artifacts/examples] [--file-sink-root DIR]
+//	              [-- extra kollect-apiserver flags]
+//
+// For local development it passes kollect-apiserver
+// --allow-private-sink-endpoints, --allow-local-git-sinks and
+// --file-sink-root <dir>/file-sinks, which a shared server keeps off; each
+// has a flag here to turn it off.
 package main
 
 import (
@@ -38,6 +44,8 @@ func run() int {
 	kollectBinary := flag.String("kollect-binary", "_output/bin/kollect-apiserver", "kollect-apiserver binary; empty runs etcd and kube-apiserver only")
 	examples := flag.String("examples", "artifacts/examples", "directory of manifests applied with kubectl once ready (skipped when missing or empty)")
 	allowPrivate := flag.Bool("allow-private-sink-endpoints", true, "pass --allow-private-sink-endpoints to kollect-apiserver (sinks on this machine)")
+	fileSinkRoot := flag.String("file-sink-root", "", "pass --file-sink-root to kollect-apiserver: file sinks write under DIR/<namespace> (default <dir>/file-sinks; \"off\" refuses file sinks)")
+	allowLocalGit := flag.Bool("allow-local-git-sinks", true, "pass --allow-local-git-sinks to kollect-apiserver (git sinks on file:// repositories of this machine)")
 	fastEtcd := flag.Bool("unsafe-fast-etcd", false, "run etcd with --unsafe-no-fsync (faster; a crash of the machine can corrupt the data)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: %s [flags] [-- kollect-apiserver flags]\n\n", os.Args[0])
@@ -57,9 +65,30 @@ func run() int {
 		}
 		*toolsDir = d
 	}
-	var kollectArgs []string
+	// What a shared server keeps off is said once, so that nobody takes it
+	// for a default.
+	var kollectArgs, notes []string
 	if *allowPrivate {
 		kollectArgs = append(kollectArgs, "--allow-private-sink-endpoints")
+		notes = append(notes, "sinks may reach loopback and private addresses (--allow-private-sink-endpoints)")
+	}
+	switch *fileSinkRoot {
+	case "off":
+	case "":
+		*fileSinkRoot = filepath.Join(*dir, "file-sinks")
+		fallthrough
+	default:
+		abs, err := filepath.Abs(*fileSinkRoot)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kollect-local: --file-sink-root:", err)
+			return 1
+		}
+		kollectArgs = append(kollectArgs, "--file-sink-root="+abs)
+		notes = append(notes, fmt.Sprintf("file sinks write under %s/<namespace> (--file-sink-root)", displayPath(abs)))
+	}
+	if *allowLocalGit {
+		kollectArgs = append(kollectArgs, "--allow-local-git-sinks")
+		notes = append(notes, "git sinks may push to file:// repositories of this machine (--allow-local-git-sinks)")
 	}
 	kollectArgs = append(kollectArgs, flag.Args()...)
 	if *kollectBinary == "" {
@@ -67,6 +96,10 @@ func run() int {
 	} else if _, err := os.Stat(*kollectBinary); err != nil {
 		fmt.Fprintf(os.Stderr, "kollect-local: kollect-apiserver binary: %v\n(build it with `make build`, or `go build -o %s ./cmd/kollect-apiserver`)\n", err, *kollectBinary)
 		return 1
+	} else {
+		for _, n := range notes {
+			fmt.Fprintln(out, "local development:", n)
+		}
 	}
 
 	begin := time.Now()

@@ -76,6 +76,7 @@ type CompletedConfig struct {
 
 // Complete fills in defaults.
 func (c *Config) Complete() CompletedConfig {
+	withFilters(&c.GenericConfig.Config)
 	return CompletedConfig{generic: c.GenericConfig.Complete(), extra: &c.ExtraConfig, host: c.GenericConfig.ClientConfig}
 }
 
@@ -136,7 +137,8 @@ type withStatus func(*runtime.Scheme, generic.RESTOptionsGetter, common.Options)
 func (s *Server) buildStorage(getter generic.RESTOptionsGetter, opts common.Options) (map[string]rest.Storage, error) {
 	storage := map[string]rest.Storage{}
 	// The tenancy checks read Scopes, ClusterScopes and Profiles through
-	// their storage, in process; the kinds they check are built with them.
+	// their storage, in process, and count what the quotas limit; the kinds
+	// they check are built with them.
 	checker := tenancy.New(opts.Tenancy)
 	opts.Checker = checker
 
@@ -172,6 +174,14 @@ func (s *Server) buildStorage(getter generic.RESTOptionsGetter, opts common.Opti
 		Scopes:        scopes,
 		ClusterScopes: clusterScopes,
 		Profiles:      storage["profiles"].(rest.Getter),
+		Quota: tenancy.QuotaLookups{
+			Targets:            storage["targets"].(rest.Lister),
+			ClusterTargets:     storage["clustertargets"].(rest.Lister),
+			Profiles:           storage["profiles"].(rest.Lister),
+			Inventories:        storage["inventories"].(rest.Lister),
+			ClusterInventories: storage["clusterinventories"].(rest.Lister),
+			Sinks:              []rest.Lister{storage["snapshotsinks"].(rest.Lister), storage["databasesinks"].(rest.Lister), storage["eventsinks"].(rest.Lister)},
+		},
 	})
 
 	items, itemWriter, err := inventoryitem.NewREST(Scheme, getter, opts)

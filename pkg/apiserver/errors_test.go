@@ -125,3 +125,52 @@ func TestStrategicMergePatchErrors(t *testing.T) {
 		t.Errorf("after the refused patch: %v, labels %v", err, s.Labels)
 	}
 }
+
+// TestMalformedResourceVersion: a resourceVersion that is not a number, in
+// a query or in an updated object, is a 400 naming it, not the storage's
+// parse error answered as a 500, and changes nothing.
+func TestMalformedResourceVersion(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv := testserver.Start(t, testserver.Options{})
+	api := srv.Client.KollectV1alpha1()
+	s, err := api.Scopes("team-a").Create(ctx, &v1alpha1.Scope{ObjectMeta: metav1.ObjectMeta{Name: "s"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, call := range map[string]func() error{
+		"get": func() error {
+			_, err := api.Scopes("team-a").Get(ctx, "s", metav1.GetOptions{ResourceVersion: "abc"})
+			return err
+		},
+		"list": func() error {
+			_, err := api.Scopes("team-a").List(ctx, metav1.ListOptions{ResourceVersion: "-1"})
+			return err
+		},
+		"watch": func() error {
+			w, err := api.Scopes("team-a").Watch(ctx, metav1.ListOptions{ResourceVersion: "1e3"})
+			if err == nil {
+				w.Stop()
+			}
+			return err
+		},
+		"update": func() error {
+			u := s.DeepCopy()
+			u.ResourceVersion = "abc"
+			u.Labels = map[string]string{"a": "b"}
+			_, err := api.Scopes("team-a").Update(ctx, u, metav1.UpdateOptions{})
+			return err
+		},
+		"merge patch": func() error {
+			_, err := api.Scopes("team-a").Patch(ctx, "s", types.MergePatchType, []byte(`{"metadata":{"resourceVersion":"x1","labels":{"a":"b"}}}`), metav1.PatchOptions{})
+			return err
+		},
+	} {
+		if err := call(); !apierrors.IsBadRequest(err) || !strings.Contains(err.Error(), "resourceVersion") {
+			t.Errorf("%s: %v, want 400 naming the resourceVersion", name, err)
+		}
+	}
+	if got, err := api.Scopes("team-a").Get(ctx, "s", metav1.GetOptions{}); err != nil || len(got.Labels) != 0 {
+		t.Errorf("after the refused writes: %v, labels %v", err, got.Labels)
+	}
+}

@@ -197,7 +197,9 @@ func TestUseVerbOnReferences(t *testing.T) {
 func TestRequesterRecorded(t *testing.T) {
 	srv := startTenancyServer(t, rules{
 		{user: "alice", verb: "use", namespace: "team-a"},
+		{user: "alice", verb: "list", resource: "inventoryitems", namespace: "team-a"},
 		{user: "carol", verb: "use", namespace: "team-a"},
+		{user: "carol", verb: "list", resource: "inventoryitems", namespace: "team-a"},
 	})
 	ctx := tenancyContext(t)
 	mallory := &v1alpha1.RequesterInfo{Username: "mallory", Groups: []string{"system:masters"}}
@@ -372,7 +374,7 @@ func TestClusterTargetProfileNamespaceRequired(t *testing.T) {
 // kinds; several Scopes intersect their allowlists and the highest floor
 // wins; an object that predates a limit can still be updated in other ways.
 func TestScopeLimits(t *testing.T) {
-	srv := testserver.Start(t, testserver.Options{})
+	srv := testserver.Start(t, testserver.Options{FileSinkRoot: t.TempDir()}) // the "audit" file sink
 	ctx := tenancyContext(t)
 	api := srv.Client.KollectV1alpha1()
 	const ns = "team-a"

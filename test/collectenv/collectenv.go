@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 
 	"k8s.io/client-go/kubernetes"
 
@@ -24,6 +25,9 @@ type Options struct {
 	KollectArgs []string
 	// FastEtcd runs every etcd without fsync (tests; benchmarks keep it).
 	FastEtcd bool
+	// FileSinks creates <Dir>/file-sinks and passes it as --file-sink-root,
+	// for tests that export to file sinks (Env.FileSinkRoot).
+	FileSinks bool
 	// Log receives progress lines.
 	Log io.Writer
 }
@@ -38,6 +42,9 @@ type Env struct {
 	Replica localcluster.KollectOptions
 	// Kollect is the first replica.
 	Kollect *localcluster.Process
+	// FileSinkRoot is --file-sink-root with Options.FileSinks: a sink of
+	// namespace N at file:///p writes under FileSinkRoot/N/p.
+	FileSinkRoot string
 	// Kube and Client reach the host cluster and, through the aggregation
 	// layer, kollect.dev, as admin.
 	Kube   kubernetes.Interface
@@ -82,7 +89,15 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if env.Etcd, err = c.StartEtcd(ctx, "kollect-etcd"); err != nil {
 		return nil, fmt.Errorf("starting kollect's etcd: %w", err)
 	}
-	env.Replica = localcluster.KollectOptions{Binary: binary, EtcdServers: env.Etcd.URL(), Args: opts.KollectArgs}
+	args := opts.KollectArgs
+	if opts.FileSinks {
+		env.FileSinkRoot = filepath.Join(dir, "file-sinks")
+		if err = os.Mkdir(env.FileSinkRoot, 0o750); err != nil {
+			return nil, err
+		}
+		args = append([]string{"--file-sink-root=" + env.FileSinkRoot}, args...)
+	}
+	env.Replica = localcluster.KollectOptions{Binary: binary, EtcdServers: env.Etcd.URL(), Args: args}
 	if env.Kollect, err = c.StartKollect(ctx, env.Replica); err != nil {
 		return nil, fmt.Errorf("starting kollect-apiserver (logs in %s/logs): %w", dir, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -26,26 +27,39 @@ import (
 // hostileNS holds the objects of the hostile inputs.
 const hostileNS = "hostile"
 
-// TestHostile is acceptance point 7 of issue 6: hostile inputs sent as raw
-// HTTP through the real kube-apiserver (and, for forged identities,
-// straight to kollect-apiserver) are each rejected cleanly — the expected
-// 4xx status with a Status naming the field or the reason, never a 5xx —
-// nothing they carry is stored, and kollect-apiserver keeps serving
-// throughout: after every case a known object reads back, its /readyz
-// answers and its process is the one that was running at the start.
+// TestHostile is acceptance point 7 of issue 6 and point 6 of issue 12:
+// hostile inputs sent as raw HTTP through the real kube-apiserver (and, for
+// forged identities, straight to kollect-apiserver) are each rejected
+// cleanly — the expected 4xx status with a Status naming the field or the
+// reason, never a 5xx — nothing they carry is stored, and kollect-apiserver
+// keeps serving throughout: after every case a known object reads back, its
+// /readyz answers and its process is the one that was running at the start.
 func TestHostile(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	h := newHostile(t, ctx)
 	begin := time.Now()
 	cases := h.cases()
+	names := map[string]bool{}
+	for _, c := range cases {
+		if names[c.name] {
+			t.Fatalf("two cases are named %q", c.name)
+		}
+		names[c.name] = true
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			if c.req.prepare != nil {
+				c.req.prepare(t, ctx)
+				c.req.prepare = nil
+			}
+			before := h.views(t, ctx, c.unchanged)
 			r := h.do(t, ctx, c.req)
 			h.expect(t, c, r)
 			if c.absent != "" {
 				h.expectAbsent(t, ctx, c.absent)
 			}
+			h.expectUnchanged(t, ctx, before)
 			if c.check != nil && !t.Failed() {
 				c.check(t, ctx, r)
 			}
@@ -73,6 +87,9 @@ type hostileCase struct {
 	// absent, "resource/name" under the namespace hostileNS (or
 	// "/resource/name" for a cluster kind), must not exist afterwards.
 	absent string
+	// unchanged are objects, named like absent, that the request must
+	// leave as they were, but for their status (see unchangedView).
+	unchanged []string
 	// check asserts more: that what was forged was not stored.
 	check func(t *testing.T, ctx context.Context, r hostileReply)
 }
@@ -118,10 +135,12 @@ type hostile struct {
 	pid    int
 	// adminName is the admin's user name as kube-apiserver authenticates it.
 	adminName string
-	// forger is a ServiceAccount with the edit role in hostileNS.
-	forger     *http.Client
-	forgerName string
-	logOffset  int64
+	// forger is a ServiceAccount with the edit role in hostileNS, through
+	// kube-apiserver; forgerDirect is it straight to kollect-apiserver.
+	forger       *http.Client
+	forgerDirect *http.Client
+	forgerName   string
+	logOffset    int64
 }
 
 func newHostile(t *testing.T, ctx context.Context) *hostile {
@@ -157,10 +176,15 @@ func newHostile(t *testing.T, ctx context.Context) *hostile {
 	if h.forger, err = rest.HTTPClientFor(fcfg); err != nil {
 		t.Fatal(err)
 	}
+	dcfg := &rest.Config{Host: env.Kollect.URL(), BearerToken: token, TLSClientConfig: rest.TLSClientConfig{CAData: env.Cluster.KollectCAPEM()}}
+	if h.forgerDirect, err = rest.HTTPClientFor(dcfg); err != nil {
+		t.Fatal(err)
+	}
 	h.forgerName = "system:serviceaccount:" + hostileNS + ":forger"
 
 	// The known objects: the Profile read after every case, and the
-	// objects the forged updates aim at.
+	// objects the forged updates aim at. The sink's host never resolves
+	// (.invalid), so its probes and exports reach nothing.
 	hostileApply(t, ctx, fmt.Sprintf(`
 apiVersion: kollect.dev/v1alpha1
 kind: Profile
@@ -185,6 +209,19 @@ apiVersion: kollect.dev/v1alpha1
 kind: Scope
 metadata: {name: known, namespace: %[1]s}
 spec: {minExportInterval: 1m}
+---
+apiVersion: kollect.dev/v1alpha1
+kind: EventSink
+metadata: {name: known, namespace: %[1]s}
+spec:
+  type: webhook
+  endpoint: https://hooks.hostile.invalid/known
+  webhook: {signatureHeader: X-Signature, maxAttempts: 3}
+---
+apiVersion: kollect.dev/v1alpha1
+kind: Inventory
+metadata: {name: exports, namespace: %[1]s}
+spec: {eventSinkRefs: [{name: known}]}
 `, hostileNS))
 	waitCanI(t, ctx, forger, "create", "targets", hostileNS, true)
 	h.alive(t, ctx)
@@ -265,15 +302,91 @@ func (h *hostile) expect(t *testing.T, c hostileCase, r hostileReply) {
 	}
 }
 
-// expectAbsent checks that the object a refused request named was not stored.
+// objectPath is the request path of "resource/name" in hostileNS, or of
+// "/resource/name" of a cluster kind.
+func objectPath(object string) string {
+	if strings.HasPrefix(object, "/") {
+		return object[1:]
+	}
+	return "ns:" + object
+}
+
+// expectAbsent checks that the object a refused request named was not
+// stored. One that was is deleted again, so that a cluster-wide object
+// wrongly accepted (a ClusterScope) does not spoil the other tests.
 func (h *hostile) expectAbsent(t *testing.T, ctx context.Context, object string) {
 	t.Helper()
-	path := "ns:" + object
-	if strings.HasPrefix(object, "/") {
-		path = object[1:]
-	}
+	path := objectPath(object)
 	if r := h.do(t, ctx, hostileRequest{method: http.MethodGet, path: path}); r.code != http.StatusNotFound {
 		t.Errorf("%s after the refused request: HTTP %d, want 404 (nothing stored):\n%.1000s", object, r.code, r.body)
+		if r.code == http.StatusOK {
+			h.do(t, ctx, hostileRequest{method: http.MethodDelete, path: path})
+		}
+	}
+}
+
+// unchangedView is what of an object a refused request must leave as it
+// was: everything but its status, which the controllers keep writing (the
+// cases on /status check what they forged with statusLacks), and the
+// bookkeeping of every write.
+func unchangedView(t *testing.T, u *unstructured.Unstructured) string {
+	t.Helper()
+	o := u.DeepCopy().Object
+	delete(o, "status")
+	unstructured.RemoveNestedField(o, "metadata", "resourceVersion")
+	unstructured.RemoveNestedField(o, "metadata", "managedFields")
+	data, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// views reads the unchangedView of objects named like absent.
+func (h *hostile) views(t *testing.T, ctx context.Context, objects []string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, object := range objects {
+		r := h.do(t, ctx, hostileRequest{method: http.MethodGet, path: objectPath(object)})
+		if r.code != http.StatusOK {
+			t.Fatalf("GET %s: HTTP %d:\n%.1000s", object, r.code, r.body)
+		}
+		out[object] = unchangedView(t, r.object(t))
+	}
+	return out
+}
+
+// expectUnchanged checks that the objects are still as views read them
+// before the request: it changed nothing of them.
+func (h *hostile) expectUnchanged(t *testing.T, ctx context.Context, before map[string]string) {
+	t.Helper()
+	for object, view := range before {
+		r := h.do(t, ctx, hostileRequest{method: http.MethodGet, path: objectPath(object)})
+		if r.code != http.StatusOK {
+			t.Errorf("%s after the request: HTTP %d, want it still there:\n%.1000s", object, r.code, r.body)
+			continue
+		}
+		if now := unchangedView(t, r.object(t)); now != view {
+			t.Errorf("%s changed by the refused request:\nbefore %.1000s\nafter  %.1000s", object, view, now)
+		}
+	}
+}
+
+// statusLacks checks that the status of object (named like absent) does not
+// hold what a refused /status write carried.
+func (h *hostile) statusLacks(object, forged string) func(t *testing.T, ctx context.Context, r hostileReply) {
+	return func(t *testing.T, ctx context.Context, _ hostileReply) {
+		r := h.do(t, ctx, hostileRequest{method: http.MethodGet, path: objectPath(object)})
+		if r.code != http.StatusOK {
+			t.Fatalf("GET %s: HTTP %d:\n%.1000s", object, r.code, r.body)
+		}
+		status, err := json.Marshal(r.object(t).Object["status"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(status), forged) {
+			t.Errorf("the status of %s holds %.100q from the refused write:\n%.2000s", object, forged, status)
+		}
 	}
 }
 
@@ -454,7 +567,7 @@ func (h *hostile) cases() []hostileCase {
 	// observations (status.collection), never the requester or conditions.
 	forgedStatusWrite := jobj{"requester": forgedStatus["requester"], "conditions": []any{forgedReady}}
 
-	return []hostileCase{
+	return slices.Concat([]hostileCase{
 		// Sizes.
 		{
 			name: "3 MiB spec is over the request limit",
@@ -990,7 +1103,7 @@ i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
 			req:  hostileRequest{path: "ns:gadgets", body: hostileJSON(jobj{"apiVersion": "kollect.dev/v1alpha1", "kind": "Gadget", "metadata": hmeta("gadget")})},
 			code: notFound,
 		},
-	}
+	}, h.isolationCases())
 }
 
 // hostileApply runs kubectl apply as admin and fails the test on error.

@@ -142,9 +142,11 @@ func checkSyntax(t *testing.T, ctx context.Context, dashboard []monitoring.Query
 // three failures).
 func driveMetrics(t *testing.T, ctx context.Context) {
 	t.Helper()
-	good := t.TempDir()
-	blocker := filepath.Join(t.TempDir(), "a-file")
-	must(t, os.WriteFile(blocker, nil, 0o644), "creating the file the broken sink's directory would need to be")
+	// Under the server's --file-sink-root: file:///good is DIR/<ns>/good.
+	good := filepath.Join(fileSinkRoot, monitoringNS, "good")
+	must(t, os.MkdirAll(good, 0o750), "creating the good sink's directory")
+	blocker := filepath.Join(fileSinkRoot, monitoringNS, "a-file")
+	must(t, os.WriteFile(blocker, nil, 0o640), "creating the file the broken sink's directory would need to be")
 	env.Kubectl(t, ctx, "create", "namespace", monitoringNS)
 	t.Cleanup(func() {
 		// The Inventory first, so that its exporters stop before the
@@ -194,7 +196,7 @@ metadata: {name: colors, namespace: %[1]s}
 spec:
   exportMinInterval: 1h
   snapshotSinkRefs: [{name: files}, {name: broken}]
-`, monitoringNS, good, blocker))
+`, monitoringNS, "/good", "/a-file"))
 
 	kollect := env.KollectClient(t).KollectV1alpha1()
 	eventually(ctx, t, "the target collects painted and fails on plain", func(ctx context.Context) (bool, string) {

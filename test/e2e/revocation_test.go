@@ -51,10 +51,11 @@ func TestRevokedReferences(t *testing.T) {
 		env.Kubectl(t, ctx, "create", "namespace", ns)
 	}
 	admin := env.KollectClient(t).KollectV1alpha1()
-	dir := t.TempDir()
+	dir := filepath.Join(fileSinkRoot, revokeTeam, "shared") // file:///shared
+	must(t, os.MkdirAll(dir, 0o750), "creating the sink's directory")
 	_, err := admin.SnapshotSinks(revokeTeam).Create(ctx, &v1alpha1.SnapshotSink{
 		ObjectMeta: metav1.ObjectMeta{Name: "shared"},
-		Spec:       v1alpha1.SnapshotSinkSpec{Type: v1alpha1.SnapshotSinkFile, Endpoint: "file://" + dir},
+		Spec:       v1alpha1.SnapshotSinkSpec{Type: v1alpha1.SnapshotSinkFile, Endpoint: "file:///shared"},
 	}, metav1.CreateOptions{})
 	must(t, err, "creating the team's sink")
 
@@ -76,6 +77,10 @@ rules:
 - apiGroups: [kollect.dev]
   resources: [clusterinventories]
   verbs: [get, list, watch, create, update, patch, delete]
+# A ClusterInventory exports only what its requester may read.
+- apiGroups: [kollect.dev]
+  resources: [clusterinventoryitems]
+  verbs: [list]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
@@ -258,8 +263,11 @@ subjects:
 	waitWarning(t, ctx, revokeTeam, target.Name, v1alpha1.ReasonProfileForbidden)
 
 	// The items stay; nothing new is collected.
+	// With data, like the first: the Profile's {.data} would extract it
+	// if collection still ran.
 	_, err = kube.CoreV1().ConfigMaps(revokeTeam).Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "second", Labels: map[string]string{"app": "revoke"}},
+		Data:       map[string]string{"k": "v"},
 	}, metav1.CreateOptions{})
 	must(t, err, "a second matching ConfigMap")
 	deadline := time.Now().Add(10 * time.Second)

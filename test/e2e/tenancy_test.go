@@ -64,6 +64,10 @@ rules:
 - apiGroups: [kollect.dev]
   resources: [clusterinventories]
   verbs: [get, list, watch, create, update, patch, delete]
+# A ClusterInventory exports only what its requester may read.
+- apiGroups: [kollect.dev]
+  resources: [clusterinventoryitems]
+  verbs: [list]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding

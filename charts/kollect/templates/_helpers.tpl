@@ -30,6 +30,18 @@ kollect-etcd-{{ .i }}.kollect-etcd.{{ .ns }}.svc
 {{- if lt (int .Values.replicas) 1 }}
 {{- fail "replicas: must be at least 1" }}
 {{- end }}
+{{- with .Values.fileSinkRoot }}
+{{- $root := clean . }}
+{{- if not (isAbs $root) }}
+{{- fail (printf "fileSinkRoot: must be an absolute path, not %q" .) }}
+{{- end }}
+{{- /* Tenants' sinks write under it: it must not reach what the server keeps. */}}
+{{- range list "/var/lib/kollect" "/var/run/kollect" "/tmp" }}
+{{- if or (eq $root .) (eq $root "/") (hasPrefix (printf "%s/" .) $root) (hasPrefix (printf "%s/" $root) .) }}
+{{- fail (printf "fileSinkRoot: %s overlaps %s, which kollect-apiserver uses itself; use a directory of its own such as /var/lib/kollect-files" $root .) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/*

@@ -1432,6 +1432,11 @@ func (in *ScopeSpec) DeepCopyInto(out *ScopeSpec) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.MaxProfiles != nil {
+		in, out := &in.MaxProfiles, &out.MaxProfiles
+		*out = new(int32)
+		**out = **in
+	}
 	if in.MaxInventories != nil {
 		in, out := &in.MaxInventories, &out.MaxInventories
 		*out = new(int32)

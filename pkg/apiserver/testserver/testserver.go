@@ -27,6 +27,7 @@ import (
 	"kollect.dev/kollect/pkg/cmd/server"
 	"kollect.dev/kollect/pkg/embeddedetcd"
 	"kollect.dev/kollect/pkg/generated/clientset/versioned"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 // Server is a running in-process kollect-apiserver.
@@ -47,6 +48,16 @@ type Options struct {
 	AllowPrivateSinkEndpoints bool
 	// TenantMode mirrors --tenant-mode.
 	TenantMode bool
+	// Quotas mirror the --default-max-* flags. Unlike the server's, the
+	// zero value sets no default quota: registry tests and benchmarks
+	// create more objects in a namespace than the defaults allow, and tests
+	// of the quotas set what they test.
+	Quotas tenancy.Quotas
+	// FileSinkRoot mirrors --file-sink-root: file sinks are admitted when
+	// it is set. No controller runs here, so nothing is written there.
+	FileSinkRoot string
+	// AllowLocalGitSinks mirrors --allow-local-git-sinks.
+	AllowLocalGitSinks bool
 	// Users, when set, turns authentication on: a request with the bearer
 	// token T is the user Users[T] (see Server.ConfigFor), the loopback
 	// client stays system:apiserver in system:masters, and other tokens are
@@ -87,6 +98,8 @@ func Start(tb testing.TB, opts Options) *Server {
 	o := server.NewOptions()
 	o.AllowPrivateSinkEndpoints = opts.AllowPrivateSinkEndpoints
 	o.TenantMode = opts.TenantMode
+	o.Quotas = opts.Quotas
+	o.FileSinkRoot, o.AllowLocalGitSinks = opts.FileSinkRoot, opts.AllowLocalGitSinks
 	rec := o.Recommended
 	rec.Etcd.StorageConfig.Transport.ServerList = []string{endpoint}
 	rec.Authentication, rec.Authorization, rec.CoreAPI, rec.Admission = nil, nil, nil, nil

@@ -8,6 +8,7 @@ import (
 	"net"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -15,6 +16,7 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/admission/plugin/namespace/lifecycle"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
@@ -30,6 +32,7 @@ import (
 	"kollect.dev/kollect/pkg/controllers/leader"
 	"kollect.dev/kollect/pkg/embeddedetcd"
 	generatedopenapi "kollect.dev/kollect/pkg/generated/openapi"
+	"kollect.dev/kollect/pkg/netguard"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
 	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
@@ -45,8 +48,20 @@ type Options struct {
 	DataDir string
 	// AllowPrivateSinkEndpoints lets sinks point at private addresses.
 	AllowPrivateSinkEndpoints bool
+	// AllowedSinkCIDRs are prefixes sinks may reach although private.
+	AllowedSinkCIDRs []string
+	// SinkDNSServer resolves sink host names instead of the system's resolver.
+	SinkDNSServer string
+	// FileSinkRoot is the directory file sinks write under, each
+	// namespace's in DIR/<namespace>; empty refuses file sinks.
+	FileSinkRoot string
+	// AllowLocalGitSinks lets git sinks push to repositories on the
+	// server's file system (file://).
+	AllowLocalGitSinks bool
 	// TenantMode rejects creating and updating the cluster-scoped kinds.
 	TenantMode bool
+	// Quotas are the defaults of the Scopes' quotas (--default-max-*).
+	Quotas tenancy.Quotas
 	// ServiceName and ServiceNamespace name the Service the APIService routes
 	// through; the self-signed serving certificate is valid for it.
 	ServiceName, ServiceNamespace string
@@ -80,10 +95,16 @@ func NewOptions() *Options {
 		ServiceName:      "kollect-api",
 		ServiceNamespace: "kollect-system",
 		MemoryLimitRatio: DefaultMemoryLimitRatio,
+		Quotas:           tenancy.DefaultQuotas,
 		Controllers:      leader.NewOptions(),
 	}
 	o.Recommended.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
 	o.Recommended.Etcd.WatchCacheSizes = slices.Clone(DefaultWatchCacheSizes)
+	// A refused request is asked again after a second rather than ten, so
+	// that a grant someone just made works when they retry. The cost: a
+	// client that keeps retrying a request it may not make costs one
+	// SubjectAccessReview a second instead of one every ten seconds.
+	o.Recommended.Authorization.DenyCacheTTL = time.Second
 	// Validation lives in the registry strategies; webhooks and admission
 	// policies stay off unless enabled explicitly, so the only default
 	// plugin is NamespaceLifecycle (no objects in missing namespaces).
@@ -98,8 +119,17 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory of local state: the embedded etcd's data (used when --etcd-servers is empty) and the exporters' git clones (export/).")
 	fs.BoolVar(&o.AllowPrivateSinkEndpoints, "allow-private-sink-endpoints", o.AllowPrivateSinkEndpoints,
 		"Allow sink endpoints on private, loopback, link-local and metadata addresses. Off by default so tenants cannot reach internal services through a sink.")
+	fs.StringSliceVar(&o.AllowedSinkCIDRs, "allowed-sink-cidrs", o.AllowedSinkCIDRs,
+		"Comma-separated CIDR prefixes (or addresses) sinks may reach although they are private, loopback or otherwise forbidden, such as an internal Git server's 10.20.30.0/24. Checked at admission and on every connection.")
+	fs.StringVar(&o.SinkDNSServer, "sink-dns-server", o.SinkDNSServer,
+		"ip:port of a DNS server that resolves sink host names, at admission and for every connection, instead of the system's resolver (/etc/hosts still answers first).")
+	fs.StringVar(&o.FileSinkRoot, "file-sink-root", o.FileSinkRoot,
+		"Directory file sinks write under: a sink's endpoint file:///reports in namespace team-a writes to DIR/team-a/reports, and nothing a sink names leaves DIR/<its namespace>. Must be outside --data-dir. Empty (the default) refuses file sinks: they write on the server's own disk.")
+	fs.BoolVar(&o.AllowLocalGitSinks, "allow-local-git-sinks", o.AllowLocalGitSinks,
+		"Allow git sinks on repositories of the server's file system (file:// endpoints), for local development and tests. Off by default: any path the server can write to would be open to sink authors.")
 	fs.BoolVar(&o.TenantMode, "tenant-mode", o.TenantMode,
 		"Reject creating and updating ClusterTargets, ClusterInventories and ClusterScopes (deleting them stays allowed), for installs where namespaces are the only unit of tenancy.")
+	addQuotaFlags(fs, &o.Quotas)
 	fs.StringVar(&o.ServiceName, "service-name", o.ServiceName, "Name of the Service in front of this server; the self-signed serving certificate is valid for it.")
 	fs.StringVar(&o.ServiceNamespace, "service-namespace", o.ServiceNamespace, "Namespace of that Service.")
 	fs.Float64Var(&o.MemoryLimitRatio, "memory-limit-ratio", o.MemoryLimitRatio,
@@ -111,6 +141,15 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 func (o *Options) Validate() error {
 	if o.MemoryLimitRatio < 0 || o.MemoryLimitRatio > 1 {
 		return fmt.Errorf("--memory-limit-ratio must be between 0 and 1, not %v", o.MemoryLimitRatio)
+	}
+	if err := validateQuotas(o.Quotas); err != nil {
+		return err
+	}
+	if _, err := o.sinkDialer(); err != nil {
+		return err
+	}
+	if err := o.checkFileSinkRoot(); err != nil {
+		return err
 	}
 	rec := *o.Recommended
 	if o.embedded() {
@@ -124,6 +163,19 @@ func (o *Options) Validate() error {
 		rec.Etcd = &etcd
 	}
 	return utilerrors.NewAggregate(rec.Validate())
+}
+
+// sinkDialer builds the dialer every sink connection and probe goes
+// through, and whose resolver and allowed prefixes admission uses.
+func (o *Options) sinkDialer() (*netguard.Dialer, error) {
+	cidrs, err := netguard.ParseCIDRs(o.AllowedSinkCIDRs)
+	if err != nil {
+		return nil, fmt.Errorf("--allowed-sink-cidrs: %w", err)
+	}
+	return netguard.New(netguard.Config{
+		Policy:    netguard.Policy{AllowPrivate: o.AllowPrivateSinkEndpoints, AllowedCIDRs: cidrs},
+		DNSServer: o.SinkDNSServer,
+	})
 }
 
 // embedded reports whether the server runs its own etcd.
@@ -157,20 +209,55 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	if err := o.Recommended.ApplyTo(cfg); err != nil {
 		return nil, err
 	}
-	checks := tenancy.Config{TenantMode: o.TenantMode}
+	dialer, err := o.sinkDialer()
+	if err != nil {
+		return nil, err
+	}
+	checks := tenancy.Config{TenantMode: o.TenantMode, Quotas: o.Quotas}
 	if o.Recommended.Authorization != nil {
-		// The `use` and `list` checks ask the delegated authorizer, as for
-		// every request (system:masters, the loopback client included, is
-		// allowed without a SubjectAccessReview).
-		checks.Authorizer = cfg.Authorization.Authorizer
+		// The `use`, `get` and `list` checks ask the delegated authorizer,
+		// as for every request (system:masters, the loopback client
+		// included, is allowed without a SubjectAccessReview), through
+		// their own copy whose answers live at most TenancyAuthorizationTTL.
+		authz, err := tenancyAuthorizer(o.Recommended.Authorization)
+		if err != nil {
+			return nil, err
+		}
+		checks.Authorizer = authz
 	}
 	return &apiserver.Config{
 		GenericConfig: cfg,
 		ExtraConfig: apiserver.ExtraConfig{Registry: common.Options{
 			AllowPrivateSinkEndpoints: o.AllowPrivateSinkEndpoints,
+			FileSinks:                 o.FileSinkRoot != "",
+			AllowLocalGitSinks:        o.AllowLocalGitSinks,
+			SinkDialer:                dialer,
 			Tenancy:                   checks,
 		}},
 	}, nil
+}
+
+// TenancyAuthorizationTTL is how long the tenancy checks (`use` on
+// Profiles and sinks, `get` on a sink's Secret, `list` on what is collected
+// and exported), at admission and at reconcile, keep an authorizer's answer,
+// allow or deny. Grants and revocations therefore apply to them within about
+// a second, where the request authorizer keeps an allow for
+// --authorization-webhook-cache-authorized-ttl (10s). Each distinct
+// question costs at most one SubjectAccessReview per TTL; the controllers
+// ask each of theirs once per run, so caching longer would save little.
+const TenancyAuthorizationTTL = 500 * time.Millisecond
+
+// tenancyAuthorizer is the delegated authorizer of the request options
+// (same kubeconfig, always-allowed groups and retry backoff) with answers
+// kept for TenancyAuthorizationTTL.
+func tenancyAuthorizer(opts *genericoptions.DelegatingAuthorizationOptions) (authorizer.Authorizer, error) {
+	fresh := *opts
+	fresh.AllowCacheTTL, fresh.DenyCacheTTL = TenancyAuthorizationTTL, TenancyAuthorizationTTL
+	var info genericapiserver.AuthorizationInfo
+	if err := fresh.ApplyTo(&info); err != nil {
+		return nil, fmt.Errorf("the authorizer of the tenancy checks: %w", err)
+	}
+	return info.Authorizer, nil
 }
 
 // Run starts the embedded etcd when needed, serves until ctx is done, and
@@ -210,9 +297,13 @@ func (o *Options) Run(ctx context.Context) error {
 		// The controllers re-check the requesters' grants with the same
 		// authorizer admission asked.
 		authz := cfg.ExtraConfig.Registry.Tenancy.Authorizer
+		fileSinkRoot, err := o.prepareFileSinkRoot()
+		if err != nil {
+			return err
+		}
 		o.Controllers.Install(srv.GenericAPIServer, host, leader.Configs{
-			Collect: collect.Config{Items: srv.Items, ClusterItems: srv.ClusterItems, Authorizer: authz, TenantMode: o.TenantMode},
-			Export:  export.Config{StateDir: stateDir, Authorizer: authz, TenantMode: o.TenantMode},
+			Collect: collect.Config{Items: srv.Items, ClusterItems: srv.ClusterItems, Authorizer: authz, TenantMode: o.TenantMode, Quotas: o.Quotas},
+			Export:  export.Config{StateDir: stateDir, FileSinkRoot: fileSinkRoot, AllowLocalGitSinks: o.AllowLocalGitSinks, Authorizer: authz, TenantMode: o.TenantMode, Dialer: cfg.ExtraConfig.Registry.SinkDialer},
 		})
 	}
 	if o.afterConfig != nil {

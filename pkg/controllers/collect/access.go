@@ -4,6 +4,7 @@ import (
 	"context"
 	"sort"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
@@ -56,6 +57,9 @@ func (c *Collector) admit(ctx context.Context, v *view, cfg *targetConfig) (deni
 			metrics.Resolved(kind, "Profile", metrics.ResolutionOK)
 		}
 	}()
+	if denied = tenancy.RequesterExpired(v.requester, c.cfg.RequesterMaxAge, time.Now()); denied != nil {
+		return denied, nil, nil
+	}
 	var limits tenancy.Limits
 	if v.key.Cluster {
 		// configure read the ClusterScopes into the selection; a change of

@@ -117,6 +117,13 @@ type Config struct {
 	// TenantMode (--tenant-mode) collects nothing for ClusterTargets;
 	// deleting one still deletes its items.
 	TenantMode bool
+	// RequesterMaxAge (--requester-max-age), when positive, stops the
+	// targets whose requester was recorded longer ago (RequesterExpired).
+	RequesterMaxAge time.Duration
+	// Quotas are the server's defaults of the Scopes' maxItems and
+	// maxItemBytes (--default-max-items, --default-max-item-bytes); the
+	// zero value sets none (quota.go).
+	Quotas tenancy.Quotas
 }
 
 // Collector runs the collection controller.
@@ -154,6 +161,9 @@ type Collector struct {
 	mu        sync.Mutex
 	state     map[targetKey]*target
 	informers map[schema.GroupVersionResource]*gvrInformer
+	// usage counts the items of each namespace ("" for the cluster kinds)
+	// against its quota.
+	usage map[string]*quotaUsage
 }
 
 // objectKey names one object for one target. An empty name asks for a walk
@@ -174,6 +184,10 @@ type target struct {
 	items    map[string]*itemEntry // item name → entry
 	byObject map[string]string     // source namespace/name → item name
 	failed   map[string]string     // source namespace/name → extraction error
+	// overQuota are the matching objects not collected because of the
+	// quota (source namespace/name → why), and quota the limits in force.
+	overQuota map[string]overQuota
+	quota     tenancy.QuotaSet
 
 	generation int64
 	suspended  bool
@@ -258,6 +272,7 @@ func New(cfg Config) (*Collector, error) {
 		mapper:    restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery())),
 		state:     map[targetKey]*target{},
 		informers: map[schema.GroupVersionResource]*gvrInformer{},
+		usage:     map[string]*quotaUsage{},
 	}
 	c.itemStore, c.clusterItemStore = newItemStores(cfg.Items, cfg.ClusterItems)
 	return c, nil
@@ -559,7 +574,7 @@ func (c *Collector) restMapping(gvk schema.GroupVersionKind) (*meta.RESTMapping,
 func (c *Collector) stateLocked(key targetKey) *target {
 	t := c.state[key]
 	if t == nil {
-		t = &target{key: key, items: map[string]*itemEntry{}, byObject: map[string]string{}, failed: map[string]string{}}
+		t = &target{key: key, items: map[string]*itemEntry{}, byObject: map[string]string{}, failed: map[string]string{}, overQuota: map[string]overQuota{}}
 		c.state[key] = t
 	}
 	return t
@@ -599,6 +614,7 @@ func (c *Collector) syncTarget(ctx context.Context, key targetKey) error {
 	if err != nil {
 		return err
 	}
+	quota := c.itemQuotas(key)
 	var partial *tenancy.Denial
 	switch {
 	case reason == kollect.ReasonProfileNotFound:
@@ -619,10 +635,12 @@ func (c *Collector) syncTarget(ctx context.Context, key targetKey) error {
 	switch {
 	case reason != "":
 		c.releaseInformerLocked(t)
+		c.clearOverQuotaLocked(t)
 		t.cfg, t.reason, t.lastError = nil, reason, msg
 	case v.suspend:
 		// Suspended: keep the items, stop watching and changing them.
 		c.releaseInformerLocked(t)
+		c.clearOverQuotaLocked(t)
 		t.cfg, t.reason, t.lastError = nil, "", ""
 	default:
 		need := informerShape{keepManagedFields: cfg.extractor.KeepsManagedFields(), keepLastApplied: cfg.extractor.KeepsLastApplied(), fields: cfg.fields}
@@ -643,6 +661,7 @@ func (c *Collector) syncTarget(ctx context.Context, key targetKey) error {
 		}
 		c.useInformerLocked(t, cfg.gvr, need)
 	}
+	c.setQuotaLocked(t, quota)
 	var walk bool
 	if t.cfg != nil && t.informer.synced.Load() {
 		fp := fmt.Sprintf("%s/%p", t.cfg.fingerprint, t.informer)
@@ -740,6 +759,7 @@ func (c *Collector) finish(ctx context.Context, key targetKey, v *view) error {
 	hadItems := t != nil && len(t.items) > 0
 	if t != nil {
 		c.releaseInformerLocked(t)
+		c.clearOverQuotaLocked(t)
 		c.unindexAllLocked(t)
 		delete(c.state, key)
 	}
@@ -784,6 +804,9 @@ func (c *Collector) walk(key targetKey, namespace string, full bool) {
 	for objKey := range t.failed {
 		add(objKey)
 	}
+	for objKey := range t.overQuota {
+		add(objKey)
+	}
 	if full {
 		t.lastFullSync = time.Now()
 	}
@@ -822,7 +845,7 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) error {
 		c.mu.Unlock()
 		return nil
 	}
-	cfg, indexer := t.cfg, t.informer.informer.GetIndexer()
+	cfg, indexer, quota := t.cfg, t.informer.informer.GetIndexer(), t.quota
 	objKey := objectKeyOf(k.namespace, k.name)
 	oldName, had := t.byObject[objKey]
 	var old itemEntry
@@ -839,6 +862,7 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) error {
 	obj, _ := raw.(*cachedObject)
 	if !exists || obj == nil || !c.matches(k.target, cfg, obj) {
 		c.setFailure(t, objKey, nil)
+		c.setOverQuota(t, objKey, 0)
 		if !had {
 			return nil
 		}
@@ -858,6 +882,16 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) error {
 		c.countWrite(store.kind(), metrics.OpSkip)
 		return nil
 	}
+	if !had {
+		// A new item: while the quota is full it waits, unextracted.
+		c.mu.Lock()
+		room := c.hasRoomLocked(t)
+		c.mu.Unlock()
+		if !room {
+			c.setOverQuota(t, objKey, overCount)
+			return nil
+		}
+	}
 	var content extract.Content
 	object, err := obj.Object()
 	if err == nil {
@@ -869,6 +903,19 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) error {
 		return nil
 	}
 	c.setFailure(t, objKey, nil)
+	if tooLarge(quota, content.Attributes, content.Object) {
+		// Not written; the previous item would claim content the object no
+		// longer has.
+		if had {
+			if err := store.delete(ctx, k.target.Namespace, oldName); err != nil {
+				return err
+			}
+			c.countWrite(store.kind(), metrics.OpDelete)
+			c.unindex(t, oldName)
+		}
+		c.setOverQuota(t, objKey, overSize)
+		return nil
+	}
 	hash := extract.Hash(source, content)
 	sum := hashOf(hash)
 	entry := &itemEntry{objKey: objKey, hash: sum, labels: cfg.labelsKey, sourceRV: source.ResourceVersion, extractedWith: cfg.fingerprint}
@@ -889,9 +936,19 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) error {
 		c.countWrite(store.kind(), metrics.OpDelete)
 		c.unindex(t, oldName)
 	}
+	isNew := !had || oldName != name
+	if isNew && !c.reserve(t) {
+		c.setOverQuota(t, objKey, overCount)
+		return nil
+	}
 	item := &desiredItem{namespace: k.target.Namespace, name: name, labels: maps.Clone(cfg.labels), source: source, content: content, hash: hash}
 	created, err := store.put(ctx, item, had && oldName == name)
 	if err != nil {
+		if isNew {
+			c.mu.Lock()
+			c.commitLocked(t)
+			c.mu.Unlock()
+		}
 		return err
 	}
 	if created {
@@ -903,7 +960,11 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) error {
 	gone := c.state[k.target] != t
 	if !gone {
 		c.indexLocked(t, name, entry)
+		c.setOverQuotaLocked(t, objKey, 0)
 		t.lastChange = time.Now()
+	}
+	if isNew {
+		c.commitLocked(t)
 	}
 	c.mu.Unlock()
 	if gone {
@@ -943,6 +1004,7 @@ func (c *Collector) countWrite(kind, op string) {
 func (c *Collector) indexLocked(t *target, name string, e *itemEntry) {
 	if _, ok := t.items[name]; !ok {
 		metrics.Items.WithLabelValues(t.key.itemKind()).Inc()
+		c.countItemLocked(t, 1)
 	}
 	t.items[name] = e
 	t.byObject[e.objKey] = name
@@ -957,6 +1019,7 @@ func (c *Collector) unindex(t *target, name string) {
 			delete(t.byObject, e.objKey)
 		}
 		metrics.Items.WithLabelValues(t.key.itemKind()).Dec()
+		c.countItemLocked(t, -1)
 		t.lastChange = time.Now()
 	}
 	c.mu.Unlock()
@@ -965,6 +1028,7 @@ func (c *Collector) unindex(t *target, name string) {
 
 func (c *Collector) unindexAllLocked(t *target) {
 	metrics.Items.WithLabelValues(t.key.itemKind()).Add(-float64(len(t.items)))
+	c.countItemLocked(t, -int64(len(t.items)))
 	t.items, t.byObject = map[string]*itemEntry{}, map[string]string{}
 }
 

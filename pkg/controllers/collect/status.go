@@ -49,6 +49,12 @@ func (c *Collector) observationLocked(t *target) (*v1alpha1.CollectionObservatio
 			obs.Reason, obs.LastError = ReasonListFailed, *msg
 		}
 	}
+	if n, msg := c.quotaReportLocked(t); n > 0 {
+		obs.OverQuotaCount = n
+		if obs.Reason == "" {
+			obs.Reason, obs.LastError = kollect.ReasonQuotaExceeded, msg
+		}
+	}
 	if obs.Reason == "" && t.partial != nil {
 		obs.Reason, obs.LastError = t.partial.Reason, t.partial.Message
 	}
@@ -143,6 +149,9 @@ func (c *Collector) writeStatus(ctx context.Context, key targetKey, obs *v1alpha
 		WithObservedGeneration(obs.ObservedGeneration).
 		WithItemCount(obs.ItemCount).
 		WithFailedCount(obs.FailedCount)
+	if obs.OverQuotaCount > 0 {
+		col.WithOverQuotaCount(obs.OverQuotaCount)
+	}
 	if obs.LastError != "" {
 		col.WithLastError(obs.LastError)
 	}

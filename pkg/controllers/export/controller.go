@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
+	metav1apply "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -48,6 +49,7 @@ import (
 	"kollect.dev/kollect/pkg/generated/clientset/versioned"
 	kollectinformers "kollect.dev/kollect/pkg/generated/informers/externalversions"
 	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/netguard"
 	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
@@ -67,17 +69,33 @@ type Config struct {
 	ClusterName string
 	// StateDir holds local working state (git clones).
 	StateDir string
+	// FileSinkRoot (--file-sink-root) is the directory file sinks write
+	// under, each namespace's in DIR/<namespace>; empty refuses them.
+	FileSinkRoot string
+	// AllowLocalGitSinks (--allow-local-git-sinks) lets git sinks push to
+	// repositories on the server's file system (file://).
+	AllowLocalGitSinks bool
 	// Watchdog is how often an idle exporter refreshes its status entry; 0
 	// means DefaultWatchdog.
 	Watchdog time.Duration
 	// Authorizer re-checks, on every run, that the requester recorded on an
-	// inventory still holds `use` on each sink (the server's delegated
-	// authorizer, which caches answers for seconds). Nil skips the check:
-	// only a server without authorization has none.
+	// inventory still holds `use` on each sink and `list` on the items, and
+	// before a sink's Secret is read that the sink's requester may still
+	// `get` it (the server's delegated authorizer for the tenancy checks,
+	// whose answers live under a second). Nil skips the checks: only a
+	// server without authorization has none.
 	Authorizer authorizer.Authorizer
 	// TenantMode (--tenant-mode) exports nothing for ClusterInventories;
 	// deleting one still cleans up its sinks.
 	TenantMode bool
+	// Dialer makes every connection of the network sinks and their probes
+	// (--allow-private-sink-endpoints, --allowed-sink-cidrs,
+	// --sink-dns-server). Nil refuses every network sink.
+	Dialer *netguard.Dialer
+	// RequesterMaxAge (--requester-max-age), when positive, stops the
+	// inventories and sinks whose requester was recorded longer ago
+	// (RequesterExpired).
+	RequesterMaxAge time.Duration
 }
 
 // invKey names an Inventory (Cluster false) or a ClusterInventory.
@@ -227,6 +245,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		}
 	})
 	wg.Go(func() { c.reprobeLoop(ctx) })
+	wg.Go(func() { c.sinkRequesterLoop(ctx) })
 	<-ctx.Done()
 	c.queue.ShutDown()
 	c.probes.ShutDown()
@@ -807,6 +826,13 @@ func (c *Controller) cleanup(ctx context.Context, key invKey, spec *inventorySpe
 			continue
 		}
 		client, err := c.buildClient(ctx, ek, obj)
+		var denial *tenancy.Denial
+		if errors.As(err, &denial) {
+			// The sink may no longer be used on its requester's authority:
+			// what it holds stays, rather than the deletion waiting forever.
+			c.warn(key, "CleanupSkipped", fmt.Sprintf("the export in %s %s/%s is left in place: %s", r.family, r.namespace, r.name, denial.Message))
+			continue
+		}
 		if err != nil {
 			// buildClient scrubs its own errors.
 			errs = append(errs, fmt.Errorf("%s/%s/%s: %w", r.family, r.namespace, r.name, err))
@@ -906,9 +932,11 @@ type resolveFailure struct{ reason, message string }
 func (r *resolveFailure) Error() string { return r.reason + ": " + r.message }
 
 // resolve reads an exporter's configuration and re-checks its reference:
-// the sink must exist, the Scopes (or ClusterScopes) must still allow it,
-// and the requester recorded on the inventory must still hold `use` on it.
-// A reference that fails is a resolveFailure, reported in the entry.
+// the inventory's requester must not have expired, the sink must exist, the
+// Scopes (or ClusterScopes) must still allow it, the requester recorded on
+// the inventory must still hold `use` on it and `list` on the items, and
+// the sink's own requester must not have expired and may still `get` its
+// Secret. A reference that fails is a resolveFailure, reported in the entry.
 func (c *Controller) resolve(ctx context.Context, k exporterKey) (*resolved, error) {
 	obj, err := c.getInventory(k.inv)
 	if err != nil {
@@ -954,10 +982,28 @@ func (c *Controller) resolve(ctx context.Context, k exporterKey) (*resolved, err
 	}
 	out.sinkFound, out.sinkObj, out.sinkType = true, sinkObj, sinkType(sinkObj)
 	limits := c.limits(k.inv)
-	denial := limits.Sink(kollect.SinkFamily(k.family), k.namespace, k.name, k.inv.Cluster)
+	denial := tenancy.RequesterExpired(spec.status.Requester, c.cfg.RequesterMaxAge, time.Now())
+	if denial == nil {
+		denial = limits.Sink(kollect.SinkFamily(k.family), k.namespace, k.name, k.inv.Cluster)
+	}
 	if denial == nil && c.cfg.Authorizer != nil {
 		denial, err = tenancy.MayUse(ctx, c.cfg.Authorizer, spec.status.Requester, tenancy.ResourceOf(kollect.SinkFamily(k.family)), k.namespace, k.name)
 		if err != nil {
+			return nil, err
+		}
+	}
+	if denial == nil && c.cfg.Authorizer != nil {
+		// An export is a read of the items, on the requester's authority.
+		itemsNS := k.inv.Namespace
+		if k.inv.Cluster {
+			itemsNS = ""
+		}
+		if denial, err = tenancy.MayListItems(ctx, c.cfg.Authorizer, spec.status.Requester, itemsNS); err != nil {
+			return nil, err
+		}
+	}
+	if denial == nil {
+		if denial, err = c.sinkDenial(ctx, sinkObj); err != nil {
 			return nil, err
 		}
 	}
@@ -1042,8 +1088,18 @@ func secretRef(obj metav1.Object) *v1alpha1.LocalObjectReference {
 }
 
 // readSecret reads a sink's Secret from the host cluster. Its data never
-// leaves the sink client.
+// leaves the sink client. A sink that may not be used on its requester's
+// authority (sinkDenial) is refused with the *tenancy.Denial, before
+// anything is read: the exporter and the prober build every sink client
+// through here.
 func (c *Controller) readSecret(ctx context.Context, obj metav1.Object) (sink.Secret, string, error) {
+	denial, err := c.sinkDenial(ctx, obj)
+	if err != nil {
+		return nil, "", err
+	}
+	if denial != nil {
+		return nil, "", denial
+	}
 	ref := secretRef(obj)
 	if ref == nil {
 		return nil, "", nil
@@ -1056,4 +1112,110 @@ func (c *Controller) readSecret(ctx context.Context, obj metav1.Object) (sink.Se
 		return nil, "", fmt.Errorf("reading Secret %s/%s: %w", obj.GetNamespace(), ref.Name, err)
 	}
 	return sink.Secret(s.Data), s.ResourceVersion, nil
+}
+
+// sinkDenial re-checks what a sink does on its own requester's authority:
+// the requester must not have expired (--requester-max-age) and, for a
+// sink with a secretRef, must still be allowed to `get` the Secret. An
+// error means the authorizer could not answer: retry, change nothing.
+func (c *Controller) sinkDenial(ctx context.Context, obj metav1.Object) (*tenancy.Denial, error) {
+	requester := sinkRequester(obj)
+	if d := tenancy.RequesterExpired(requester, c.cfg.RequesterMaxAge, time.Now()); d != nil {
+		d.Message = "the sink's requester: " + d.Message
+		return d, nil
+	}
+	ref := secretRef(obj)
+	if ref == nil || c.cfg.Authorizer == nil {
+		return nil, nil
+	}
+	return tenancy.MayGetSecret(ctx, c.cfg.Authorizer, requester, obj.GetNamespace(), ref.Name)
+}
+
+func sinkRequester(obj metav1.Object) *v1alpha1.RequesterInfo {
+	switch o := obj.(type) {
+	case *v1alpha1.SnapshotSink:
+		return o.Status.Requester
+	case *v1alpha1.DatabaseSink:
+		return o.Status.Requester
+	case *v1alpha1.EventSink:
+		return o.Status.Requester
+	}
+	return nil
+}
+
+// sinkFieldManager owns the Ready condition of a sink its requester may
+// no longer use; the prober owns it otherwise.
+const sinkFieldManager = "kollect-sink-requester"
+
+// sinkRequesterLoop re-checks every sink's requester each watchdog period,
+// so that a sink no Inventory uses turns Ready=False (SecretForbidden,
+// RequesterExpired) too. It writes a sink's status only on a transition:
+// into a denial it sets Ready=False with the denial's reason; out of one it
+// has the prober test the sink again, which then writes Ready.
+func (c *Controller) sinkRequesterLoop(ctx context.Context) {
+	t := time.NewTicker(c.watchdog)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ss, _ := c.snapshotSinks.List(labels.Everything())
+		ds, _ := c.databaseSinks.List(labels.Everything())
+		es, _ := c.eventSinks.List(labels.Everything())
+		for family, objs := range map[v1alpha1.SinkFamily][]metav1.Object{
+			v1alpha1.SinkFamilySnapshot: toMeta(ss),
+			v1alpha1.SinkFamilyDatabase: toMeta(ds),
+			v1alpha1.SinkFamilyEvent:    toMeta(es),
+		} {
+			for _, obj := range objs {
+				if ctx.Err() != nil {
+					return
+				}
+				c.checkSinkRequester(ctx, sinkKey{family: family, namespace: obj.GetNamespace(), name: obj.GetName()}, obj)
+			}
+		}
+	}
+}
+
+// requesterReasons are the Ready reasons sinkRequesterLoop writes.
+var requesterReasons = map[string]bool{v1alpha1.ReasonSecretForbidden: true, v1alpha1.ReasonRequesterExpired: true}
+
+func (c *Controller) checkSinkRequester(ctx context.Context, key sinkKey, obj metav1.Object) {
+	if obj.GetDeletionTimestamp() != nil {
+		return
+	}
+	denial, err := c.sinkDenial(ctx, obj)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Cannot re-check a sink's requester; retrying next period", "sink", key, "err", err)
+		return
+	}
+	ready := readyCondition(obj)
+	if denial == nil {
+		if ready != nil && ready.Status == metav1.ConditionFalse && requesterReasons[ready.Reason] {
+			c.probes.Add(key)
+		}
+		return
+	}
+	if ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == denial.Reason && ready.Message == denial.Message {
+		return
+	}
+	now := metav1.Now()
+	cond := metav1apply.Condition().WithType(v1alpha1.ConditionReady).WithStatus(metav1.ConditionFalse).
+		WithReason(denial.Reason).WithMessage(truncate(denial.Message, 1024)).
+		WithObservedGeneration(obj.GetGeneration()).WithLastTransitionTime(now)
+	if ready != nil && ready.Status == metav1.ConditionFalse {
+		cond.WithLastTransitionTime(ready.LastTransitionTime)
+	}
+	if err := c.applySinkStatus(ctx, key, applyv1alpha1.SinkStatus().WithConditions(cond), sinkFieldManager); err != nil {
+		if !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			klog.FromContext(ctx).V(2).Info("Writing a sink's requester denial failed", "sink", key, "err", err)
+		}
+		return
+	}
+	c.recorder.Eventf(&corev1.ObjectReference{
+		APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: string(key.family) + "Sink",
+		Namespace: key.namespace, Name: key.name, UID: obj.GetUID(), ResourceVersion: obj.GetResourceVersion(),
+	}, nil, corev1.EventTypeWarning, denial.Reason, "UseSink", "%s", truncate(denial.Message, 1000))
 }

@@ -156,8 +156,14 @@ func (e *exporter) runOnce(ctx context.Context) time.Time {
 	if err != nil {
 		var rf *resolveFailure
 		if errors.As(err, &rf) {
-			// A broken reference exports nothing until it resolves again;
-			// the first run that finds it broken says so in an Event.
+			// A broken reference exports nothing until it resolves again,
+			// and keeps no connection: a client built from a Secret the
+			// sink's requester may no longer read must not be used again.
+			if e.client != nil {
+				_ = e.client.Close()
+				e.client, e.held = nil, nil
+			}
+			// The first run that finds it broken says so in an Event.
 			if cfg.entry == nil || cfg.entry.Reason != rf.reason {
 				e.c.warn(e.key.inv, rf.reason, fmt.Sprintf("%s %s/%s: %s", e.key.family, e.key.namespace, e.key.name, rf.message))
 			}
@@ -298,6 +304,11 @@ func (e *exporter) failed(ctx context.Context, cfg *resolved, changed map[string
 		metrics.BreakerOpen.WithLabelValues(string(e.key.family), e.key.namespace+"/"+e.key.name).Set(1)
 	}
 	msg := e.scrub(err.Error())
+	if c := sink.Classify(err); c.Outcome == sink.OutcomeAddressForbidden {
+		// What a probe shows too: the host as the sink names it, not the
+		// address the server's DNS gave for it.
+		msg = c.Refusal.Summary()
+	}
 	klog.FromContext(ctx).Info("Export failed", "failures", e.failures, "retryIn", backoff.Round(time.Millisecond), "err", msg)
 	if e.failures == 1 {
 		e.c.warn(e.key.inv, reason, fmt.Sprintf("export to %s %s/%s failed: %s", e.key.family, e.key.namespace, e.key.name, msg))

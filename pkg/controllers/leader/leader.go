@@ -52,6 +52,9 @@ type Options struct {
 	ClusterName string
 	// ExportWatchdog is how often an idle exporter refreshes its status entry.
 	ExportWatchdog time.Duration
+	// RequesterMaxAge, when positive, stops the objects whose requester was
+	// recorded longer ago than this (RequesterExpired) until re-affirmed.
+	RequesterMaxAge time.Duration
 }
 
 // NewOptions returns the defaults.
@@ -85,6 +88,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "Name of the host cluster, written into exported snapshots.")
 	fs.DurationVar(&o.ExportWatchdog, "export-watchdog-period", o.ExportWatchdog,
 		"How often an exporter with nothing to export refreshes its status entry (the seed's 30s watchdog for interval 0s).")
+	fs.DurationVar(&o.RequesterMaxAge, "requester-max-age", o.RequesterMaxAge,
+		"When positive, Targets, ClusterTargets, Inventories, ClusterInventories and sinks whose status.requester was recorded longer ago than this stop acting (Degraded, reason RequesterExpired) until an update re-affirms the requester: a change of references, or of the kollect.dev/reaffirm annotation. 0 turns it off.")
 }
 
 // Validate checks the flags.
@@ -104,6 +109,9 @@ func (o *Options) Validate() []error {
 	}
 	if o.ExportWatchdog < time.Second {
 		errs = append(errs, fmt.Errorf("--export-watchdog-period must be at least 1s, got %s", o.ExportWatchdog))
+	}
+	if o.RequesterMaxAge < 0 {
+		errs = append(errs, fmt.Errorf("--requester-max-age must not be negative, got %s", o.RequesterMaxAge))
 	}
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--collect-workers must be at least 1, got %d", o.Workers))
@@ -175,6 +183,7 @@ func (o *Options) Run(ctx context.Context, host *rest.Config, cfg Configs) error
 	cfg.Collect.Identity = identity
 	cfg.Collect.ResyncPeriod, cfg.Collect.Workers = o.ResyncPeriod, o.Workers
 	cfg.Export.ClusterName, cfg.Export.Watchdog = o.ClusterName, o.ExportWatchdog
+	cfg.Collect.RequesterMaxAge, cfg.Export.RequesterMaxAge = o.RequesterMaxAge, o.RequesterMaxAge
 	// keep runs a controller until ctx is done: one that fails is started
 	// again, so that a leader never holds the lease idle.
 	keep := func(ctx context.Context, name string, start func(context.Context) error) {

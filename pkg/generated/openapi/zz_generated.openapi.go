@@ -5576,6 +5576,13 @@ func schema_pkg_apis_kollect_v1alpha1_ScopeSpec(ref common.ReferenceCallback) co
 							Format:      "int32",
 						},
 					},
+					"maxProfiles": {
+						SchemaProps: spec.SchemaProps{
+							Description: "maxProfiles is the most Profiles the namespace may hold. Unset: the server's --default-max-profiles.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 					"maxInventories": {
 						SchemaProps: spec.SchemaProps{
 							Description: "maxInventories is the most Inventories the namespace may hold. Unset: the server's --default-max-inventories.",
@@ -5959,7 +5966,7 @@ func schema_pkg_apis_kollect_v1alpha1_SnapshotSinkSpec(ref common.ReferenceCallb
 				Properties: map[string]spec.Schema{
 					"type": {
 						SchemaProps: spec.SchemaProps{
-							Description: "type is file or git. Immutable.\n\nPossible enum values:\n - `\"file\"` writes files under a directory: endpoint file:///absolute/dir.\n - `\"git\"` commits files to a Git repository: endpoint https://, ssh:// or file://.",
+							Description: "type is file or git. Immutable.\n\nPossible enum values:\n - `\"file\"` writes files under a directory of the server's --file-sink-root: endpoint file:///dir, read as <root>/<namespace>/dir.\n - `\"git\"` commits files to a Git repository: endpoint https://, ssh://, or file:// on a server run with --allow-local-git-sinks.",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",
@@ -5968,7 +5975,7 @@ func schema_pkg_apis_kollect_v1alpha1_SnapshotSinkSpec(ref common.ReferenceCallb
 					},
 					"endpoint": {
 						SchemaProps: spec.SchemaProps{
-							Description: "endpoint is file:///absolute/dir for file, and the repository URL (https://, ssh:// or file://) for git.",
+							Description: "endpoint is file:///dir for file, a directory under the server's --file-sink-root/<namespace> (file sinks are refused without that flag), and the repository URL for git: https:// or ssh://, or file:// with --allow-local-git-sinks.",
 							Default:     "",
 							Type:        []string{"string"},
 							Format:      "",

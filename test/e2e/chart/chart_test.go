@@ -54,7 +54,9 @@ var variants = []struct {
 		"--set", "monitoring.serviceMonitor.prometheusServiceAccount.namespace=monitoring", "--set", "monitoring.serviceMonitor.prometheusServiceAccount.name=prometheus"}},
 	{"tenant mode, private sinks, limits", []string{"--set", "tenantMode=true", "--set", "allowPrivateSinkEndpoints=true",
 		"--set", "memoryLimitRatio=0.8", "--set", "resources.limits.memory=4Gi", "--set", "replicas=3",
-		"--set", "image.repository=registry.example/kollect", "--set", "image.tag=v9.9.9", "--set", "extraArgs={--export-watchdog-period=1m}"}},
+		"--set", "image.repository=registry.example/kollect", "--set", "image.tag=v9.9.9", "--set", "extraArgs={--export-watchdog-period=1m}",
+		"--set", "allowedSinkCIDRs={10.96.0.0/12,fd00:1::/64}", "--set-json", `quotaDefaults={"maxItems":1000000,"maxItemBytes":"128Ki","maxSinks":0}`,
+		"--set", "requesterMaxAge=720h", "--set", "fileSinkRoot=/var/lib/kollect-files"}},
 }
 
 func valuesArgs(sets []string) []string {
@@ -238,7 +240,9 @@ func TestRenderedVariants(t *testing.T) {
 
 	ten := objects(t, render(t, ctx, variants[6].sets))
 	a := args(ten)
-	for _, want := range []string{"--tenant-mode", "--allow-private-sink-endpoints", "--memory-limit-ratio=0.8", "--export-watchdog-period=1m"} {
+	for _, want := range []string{"--tenant-mode", "--allow-private-sink-endpoints", "--memory-limit-ratio=0.8", "--export-watchdog-period=1m",
+		"--allowed-sink-cidrs=10.96.0.0/12,fd00:1::/64", "--default-max-items=1000000", "--default-max-item-bytes=128Ki", "--default-max-sinks=0",
+		"--requester-max-age=720h", "--file-sink-root=/var/lib/kollect-files"} {
 		if !slices.Contains(a, want) {
 			t.Errorf("tenant variant: args %v lack %s", a, want)
 		}

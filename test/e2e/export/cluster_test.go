@@ -48,10 +48,10 @@ func TestClusterInventory(t *testing.T) {
 	t.Cleanup(func() {
 		_ = api.ClusterTargets().Delete(context.Background(), "export-e2e-apps", metav1.DeleteOptions{})
 	})
-	dir := t.TempDir()
+	endpoint, dir := fileEndpoint(cfgNS)
 	_, err = api.SnapshotSinks(cfgNS).Create(ctx, &v1alpha1.SnapshotSink{
 		ObjectMeta: metav1.ObjectMeta{Name: "rollup"},
-		Spec:       v1alpha1.SnapshotSinkSpec{Type: v1alpha1.SnapshotSinkFile, Endpoint: "file://" + dir},
+		Spec:       v1alpha1.SnapshotSinkSpec{Type: v1alpha1.SnapshotSinkFile, Endpoint: endpoint},
 	}, metav1.CreateOptions{})
 	must(t, err, "sink")
 	_, err = api.ClusterInventories().Create(ctx, &v1alpha1.ClusterInventory{

@@ -30,7 +30,8 @@ type fiveSinks struct {
 // createFiveSinks creates one sink of each type in ns, and their Secrets.
 func createFiveSinks(ctx context.Context, t *testing.T, ns string) *fiveSinks {
 	t.Helper()
-	s := &fiveSinks{ns: ns, fileDir: t.TempDir(), schema: pgSchema(t, "e2e_all"), webhook: startWebhook(t)}
+	fileURL, fileDir := fileEndpoint(ns)
+	s := &fiveSinks{ns: ns, fileDir: fileDir, schema: pgSchema(t, "e2e_all"), webhook: startWebhook(t)}
 	gs := startGitServer(t)
 	var gitURL string
 	gitURL, s.gitDir = gs.repo(t, "inventory")
@@ -44,7 +45,7 @@ func createFiveSinks(ctx context.Context, t *testing.T, ns string) *fiveSinks {
 	api := kollect.KollectV1alpha1()
 	_, err := api.SnapshotSinks(ns).Create(ctx, &v1alpha1.SnapshotSink{
 		ObjectMeta: metav1.ObjectMeta{Name: "files"},
-		Spec: v1alpha1.SnapshotSinkSpec{Type: v1alpha1.SnapshotSinkFile, Endpoint: "file://" + s.fileDir,
+		Spec: v1alpha1.SnapshotSinkSpec{Type: v1alpha1.SnapshotSinkFile, Endpoint: fileURL,
 			DeletionPolicy: v1alpha1.DeletionPolicyDelete},
 	}, metav1.CreateOptions{})
 	must(t, err, "file sink")

@@ -25,10 +25,11 @@ func TestIntervals(t *testing.T) {
 	collectDeployments(ctx, t, ns, 3)
 	dirs := map[string]string{}
 	for _, name := range []string{"hourly", "zero", "frequent"} {
-		dirs[name] = t.TempDir()
+		var endpoint string
+		endpoint, dirs[name] = fileEndpoint(ns)
 		_, err := kollect.KollectV1alpha1().SnapshotSinks(ns).Create(ctx, &v1alpha1.SnapshotSink{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec:       v1alpha1.SnapshotSinkSpec{Type: v1alpha1.SnapshotSinkFile, Endpoint: "file://" + dirs[name]},
+			Spec:       v1alpha1.SnapshotSinkSpec{Type: v1alpha1.SnapshotSinkFile, Endpoint: endpoint},
 		}, metav1.CreateOptions{})
 		must(t, err, "sink "+name)
 	}

@@ -6,7 +6,9 @@
 //
 // The replica runs with --allow-private-sink-endpoints because every sink
 // here listens on loopback; admission rejects such endpoints without it
-// (pkg/apiserver TestPrivateSinkEndpoints). The export watchdog runs every
+// (pkg/apiserver TestPrivateSinkEndpoints). It runs with --file-sink-root
+// (collectenv's FileSinks) for the file sinks: without it they are refused
+// (TestFileSinkConfinement). The export watchdog runs every
 // 2s instead of 30s so that the debounce behaviour is quick to observe.
 package export
 
@@ -37,6 +39,11 @@ var (
 	natsURL     string
 	pg          *pgxpool.Pool
 	nc          *nats.Conn
+
+	// fileSinkRoot is the replica's --file-sink-root; replica its options,
+	// for more replicas like it.
+	fileSinkRoot string
+	replica      localcluster.KollectOptions
 )
 
 func env(name, def string) string {
@@ -66,8 +73,9 @@ func TestMain(m *testing.M) {
 		fail("NATS at KOLLECT_TEST_NATS_URL is not reachable (%v); start it with `hack/services.sh start`", err)
 	}
 	e, err := collectenv.Start(ctx, collectenv.Options{
-		FastEtcd: true,
-		Log:      os.Stderr,
+		FastEtcd:  true,
+		FileSinks: true,
+		Log:       os.Stderr,
 		KollectArgs: []string{
 			"--allow-private-sink-endpoints",
 			"--export-watchdog-period=" + watchdog.String(),
@@ -79,6 +87,7 @@ func TestMain(m *testing.M) {
 		fail("%v", err)
 	}
 	cluster, kube, kollect = e.Cluster, e.Kube, e.Client
+	fileSinkRoot, replica = e.FileSinkRoot, e.Replica
 	code := m.Run()
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "e2e/export: logs kept in %s/logs\n", e.Dir)

@@ -59,7 +59,7 @@ func TestPostgresOutage(t *testing.T) {
 	must(t, err, "database sink")
 	_, err = api.SnapshotSinks(ns).Create(ctx, &v1alpha1.SnapshotSink{
 		ObjectMeta: metav1.ObjectMeta{Name: "files"},
-		Spec:       v1alpha1.SnapshotSinkSpec{Type: v1alpha1.SnapshotSinkFile, Endpoint: "file://" + t.TempDir()},
+		Spec:       v1alpha1.SnapshotSinkSpec{Type: v1alpha1.SnapshotSinkFile, Endpoint: "file:///outage"},
 	}, metav1.CreateOptions{})
 	must(t, err, "file sink")
 	_, err = api.Inventories(ns).Create(ctx, &v1alpha1.Inventory{

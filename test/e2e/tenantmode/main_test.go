@@ -6,6 +6,7 @@
 package tenantmode
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
@@ -15,5 +16,13 @@ import (
 var env framework.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(framework.Main(m, &env, framework.Options{KollectArgs: []string{"--tenant-mode"}}))
+	// File sinks (namespacedKindsWork) need a --file-sink-root.
+	root, err := os.MkdirTemp("", "kollect-e2e-file-sinks-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		os.Exit(1)
+	}
+	code := framework.Main(m, &env, framework.Options{KollectArgs: []string{"--tenant-mode", "--file-sink-root=" + root}})
+	_ = os.RemoveAll(root)
+	os.Exit(code)
 }

@@ -295,6 +295,13 @@ const (
 	// AnnotationCollectSecrets must be "true" on a Profile whose targetGVK is
 	// core/v1 Secret. Without it such a Profile is rejected.
 	AnnotationCollectSecrets = "kollect.dev/collect-secrets"
+	// AnnotationReaffirm re-affirms an object's requester: an update that
+	// changes its value (any value will do, a timestamp is customary) is
+	// checked against the requesting user and records them as the
+	// requester, like a change of references, without changing what the
+	// object does. It brings back a requester older than
+	// --requester-max-age, or a sink written before sinks recorded theirs.
+	AnnotationReaffirm = "kollect.dev/reaffirm"
 	// AnnotationExportSecretValues must also be "true" for a Secrets Profile in
 	// Resource mode to export values unredacted.
 	AnnotationExportSecretValues = "kollect.dev/export-secret-values"

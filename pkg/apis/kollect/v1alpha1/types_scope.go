@@ -51,6 +51,10 @@ type ScopeSpec struct {
 	// more is refused. Unset: the server's --default-max-targets.
 	// +optional
 	MaxTargets *int32 `json:"maxTargets,omitempty"`
+	// maxProfiles is the most Profiles the namespace may hold. Unset: the
+	// server's --default-max-profiles.
+	// +optional
+	MaxProfiles *int32 `json:"maxProfiles,omitempty"`
 	// maxInventories is the most Inventories the namespace may hold.
 	// Unset: the server's --default-max-inventories.
 	// +optional

@@ -9,9 +9,11 @@ import (
 type SnapshotSinkType string
 
 const (
-	// SnapshotSinkFile writes files under a directory: endpoint file:///absolute/dir.
+	// SnapshotSinkFile writes files under a directory of the server's
+	// --file-sink-root: endpoint file:///dir, read as <root>/<namespace>/dir.
 	SnapshotSinkFile SnapshotSinkType = "file"
-	// SnapshotSinkGit commits files to a Git repository: endpoint https://, ssh:// or file://.
+	// SnapshotSinkGit commits files to a Git repository: endpoint https://,
+	// ssh://, or file:// on a server run with --allow-local-git-sinks.
 	SnapshotSinkGit SnapshotSinkType = "git"
 )
 
@@ -39,8 +41,10 @@ type SnapshotSinkSpec struct {
 	// type is file or git. Immutable.
 	// +required
 	Type SnapshotSinkType `json:"type"`
-	// endpoint is file:///absolute/dir for file, and the repository URL
-	// (https://, ssh:// or file://) for git.
+	// endpoint is file:///dir for file, a directory under the server's
+	// --file-sink-root/<namespace> (file sinks are refused without that
+	// flag), and the repository URL for git: https:// or ssh://, or file://
+	// with --allow-local-git-sinks.
 	// +required
 	Endpoint string `json:"endpoint"`
 	// secretRef names a Secret in this namespace with credentials: for git,

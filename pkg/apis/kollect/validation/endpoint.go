@@ -2,7 +2,6 @@ package validation
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
@@ -12,6 +11,8 @@ import (
 
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"kollect.dev/kollect/pkg/netguard"
 )
 
 // lookupTimeout bounds the resolution of an endpoint's host at admission.
@@ -129,18 +130,10 @@ func (o Options) validateHost(host string, fldPath *field.Path) field.ErrorList 
 	if o.AllowPrivateSinkEndpoints {
 		return nil
 	}
-	if class, addr := o.forbiddenAddress(host); class != "" {
-		return field.ErrorList{field.Forbidden(fldPath, forbiddenAddressMessage(host, class, addr))}
+	if err := o.forbiddenAddress(host); err != nil {
+		return field.ErrorList{field.Forbidden(fldPath, err.Error())}
 	}
 	return nil
-}
-
-func forbiddenAddressMessage(host, class, addr string) string {
-	target := host
-	if addr != host {
-		target = fmt.Sprintf("%s (%s)", host, addr)
-	}
-	return fmt.Sprintf("%s is a %s address: sink endpoints may not reach loopback, private, link-local, shared or cloud metadata addresses unless the server runs with --allow-private-sink-endpoints", target, class)
 }
 
 // isHostName accepts IP addresses and DNS names, but not the numeric forms
@@ -162,29 +155,30 @@ func isHostName(host string) bool {
 	return numeric != nil
 }
 
-// forbiddenAddress returns the class and the address of the first address
-// host is or resolves to that sinks may not reach, or "" when there is none.
+// forbiddenAddress returns the refusal (a *netguard.Error) of the first
+// address host is or resolves to that sinks may not reach, or nil.
 //
-// A host that does not resolve here is accepted: admission has no DNS view
-// of the exporters' network, so the exporters check the addresses they dial
-// again at connection time.
-func (o Options) forbiddenAddress(host string) (class, addr string) {
-	name := strings.TrimSuffix(strings.ToLower(host), ".")
-	switch {
-	case name == "localhost" || strings.HasSuffix(name, ".localhost"):
-		return "loopback", host
-	case name == "metadata" || name == "metadata.google.internal":
-		return "cloud metadata", host
+// A host that does not resolve here is accepted: it may resolve later, and
+// the exporters' dialer checks every address it connects to (netguard), so
+// this early check only spares the author a sink that cannot work.
+func (o Options) forbiddenAddress(host string) error {
+	policy := netguard.Policy{AllowedCIDRs: o.AllowedSinkCIDRs}
+	if err := policy.CheckName(host); err != nil {
+		return err
 	}
-	if ip, err := netip.ParseAddr(name); err == nil {
-		return ClassifyAddress(ip), ip.String()
+	if netguard.ClassifyName(host) == netguard.Loopback {
+		// Checked as its loopback addresses above, whatever DNS says.
+		return nil
 	}
-	for _, ip := range o.resolve(name) {
-		if class := ClassifyAddress(ip); class != "" {
-			return class, ip.String()
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return policy.Check(host, ip)
+	}
+	for _, ip := range o.resolve(host) {
+		if err := policy.Check(host, ip); err != nil {
+			return err
 		}
 	}
-	return "", ""
+	return nil
 }
 
 func (o Options) resolve(host string) []netip.Addr {
@@ -217,52 +211,4 @@ func defaultLookupIP(ctx context.Context, host string) ([]net.IP, error) {
 		ips[i] = a.IP
 	}
 	return ips, nil
-}
-
-var (
-	metadataAddresses = []netip.Addr{
-		netip.MustParseAddr("169.254.169.254"), // AWS, GCP, Azure, OpenStack
-		netip.MustParseAddr("fd00:ec2::254"),   // AWS over IPv6
-	}
-	sharedAddressSpace = netip.MustParsePrefix("100.64.0.0/10") // RFC 6598, carrier-grade NAT
-	thisNetwork        = netip.MustParsePrefix("0.0.0.0/8")     // RFC 1122
-	nat64              = netip.MustParsePrefix("64:ff9b::/96")  // RFC 6052
-)
-
-// ClassifyAddress names the class of an address sink endpoints may not reach
-// unless private endpoints are allowed: "cloud metadata", "unspecified",
-// "loopback", "link-local", "private" or "shared (CGNAT)". It returns "" for
-// other addresses. IPv4 addresses embedded in IPv6 (mapped or NAT64) are
-// classified as the IPv4 address. Exporters use it to check the addresses
-// they dial.
-func ClassifyAddress(ip netip.Addr) string {
-	ip = embeddedIPv4(ip.WithZone(""))
-	for _, m := range metadataAddresses {
-		if ip == m {
-			return "cloud metadata"
-		}
-	}
-	switch {
-	case ip.IsUnspecified() || thisNetwork.Contains(ip):
-		return "unspecified"
-	case ip.IsLoopback():
-		return "loopback"
-	case ip.IsLinkLocalUnicast():
-		return "link-local"
-	case ip.IsPrivate():
-		return "private"
-	case sharedAddressSpace.Contains(ip):
-		return "shared (CGNAT)"
-	}
-	return ""
-}
-
-// embeddedIPv4 returns the IPv4 address an IPv4-mapped or NAT64 IPv6
-// address stands for, and other addresses unchanged.
-func embeddedIPv4(ip netip.Addr) netip.Addr {
-	if nat64.Contains(ip) {
-		b := ip.As16()
-		return netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
-	}
-	return ip.Unmap()
 }

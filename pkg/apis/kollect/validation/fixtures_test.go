@@ -6,7 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 )
@@ -24,8 +26,10 @@ JL3otcmMSxmSuEYYKwIhAOZd7Zv6rsc/uw/EiTeFIDtCXtLB16MSGVTGXTbDe2t+
 -----END CERTIFICATE-----
 `
 
-// testOptions resolve names with fakeLookup: tests never use DNS.
-var testOptions = Options{LookupIP: fakeLookup}
+// testOptions resolve names with fakeLookup: tests never use DNS. File
+// sinks and local git sinks are on, as on a server with --file-sink-root
+// and --allow-local-git-sinks; sinks_test.go tries them off.
+var testOptions = Options{LookupIP: fakeLookup, FileSinks: true, AllowLocalGitSinks: true}
 
 func fakeLookup(_ context.Context, host string) ([]net.IP, error) {
 	addrs := map[string]string{
@@ -227,6 +231,11 @@ func validScope() *kollect.Scope {
 			AllowedGVKs:       []kollect.GroupKind{{Group: "apps", Kind: "Deployment"}, {Kind: "ConfigMap"}, {Group: "*", Kind: "*"}},
 			SnapshotSinkRefs:  []string{"audit"},
 			EventSinkRefs:     []string{"changes"},
+			MaxTargets:        ptr.To[int32](20),
+			MaxInventories:    ptr.To[int32](0),
+			MaxSinks:          ptr.To[int32](10),
+			MaxItems:          ptr.To[int64](5000),
+			MaxItemBytes:      ptr.To(resource.MustParse("1.5Mi")),
 		},
 	}
 }
@@ -241,6 +250,10 @@ func validClusterScope() *kollect.ClusterScope {
 			DeniedNamespaces:    []string{"kube-system"},
 			ReferenceNamespaces: []string{"kollect-system"},
 			SnapshotSinkRefs:    []string{"kollect-system/git-backup"},
+			MaxTargets:          ptr.To[int32](5),
+			MaxSinks:            ptr.To[int32](0),
+			MaxItems:            ptr.To[int64](100000),
+			MaxItemBytes:        ptr.To(resource.MustParse("64Ki")),
 		},
 	}
 }

@@ -3,6 +3,8 @@ package validation
 import (
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/resource"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
@@ -18,7 +20,9 @@ const wildcard = "*"
 func ValidateScope(obj *kollect.Scope) field.ErrorList {
 	spec := &obj.Spec
 	limits := scopeLimits{spec.MinExportInterval, spec.AllowedGVKs, spec.SnapshotSinkRefs, spec.DatabaseSinkRefs, spec.EventSinkRefs}
-	return append(validateNamespacedMeta(&obj.ObjectMeta), limits.validate(validateObjectName)...)
+	quotas := scopeQuotas{spec.MaxTargets, spec.MaxProfiles, spec.MaxInventories, spec.MaxSinks, spec.MaxItems, spec.MaxItemBytes}
+	errs := append(validateNamespacedMeta(&obj.ObjectMeta), limits.validate(validateObjectName)...)
+	return append(errs, quotas.validate()...)
 }
 
 // ValidateScopeUpdate validates a Scope on update.
@@ -31,8 +35,10 @@ func ValidateScopeUpdate(obj, old *kollect.Scope) field.ErrorList {
 func ValidateClusterScope(obj *kollect.ClusterScope) field.ErrorList {
 	spec := &obj.Spec
 	limits := scopeLimits{spec.MinExportInterval, spec.AllowedGVKs, spec.SnapshotSinkRefs, spec.DatabaseSinkRefs, spec.EventSinkRefs}
+	quotas := scopeQuotas{spec.MaxTargets, nil, spec.MaxInventories, spec.MaxSinks, spec.MaxItems, spec.MaxItemBytes}
 	errs := validateClusterMeta(&obj.ObjectMeta)
 	errs = append(errs, limits.validate(validateNamespacedName)...)
+	errs = append(errs, quotas.validate()...)
 	errs = append(errs, validateSet(spec.AllowedNamespaces, maxNamespaces, validateNamespaceName, specPath.Child("allowedNamespaces"))...)
 	errs = append(errs, validateSet(spec.DeniedNamespaces, maxNamespaces, validateNamespaceName, specPath.Child("deniedNamespaces"))...)
 	errs = append(errs, validateNotBoth(spec.AllowedNamespaces, spec.DeniedNamespaces, specPath.Child("deniedNamespaces"))...)
@@ -58,6 +64,46 @@ func (l scopeLimits) validate(validateSinkRef func(string, *field.Path) field.Er
 	errs = append(errs, validateSet(l.snapshot, maxScopeEntries, validateSinkRef, specPath.Child("snapshotSinkRefs"))...)
 	errs = append(errs, validateSet(l.database, maxScopeEntries, validateSinkRef, specPath.Child("databaseSinkRefs"))...)
 	return append(errs, validateSet(l.event, maxScopeEntries, validateSinkRef, specPath.Child("eventSinkRefs"))...)
+}
+
+// MaxItemBytes is the highest maxItemBytes a Scope may set: etcd's default
+// request size limit (1.5 MiB), which no item can exceed and still be stored.
+var MaxItemBytes = resource.MustParse("1.5Mi")
+
+// scopeQuotas holds the quota fields Scope and ClusterScope specs share. 0
+// is a valid limit: nothing of that kind is allowed.
+type scopeQuotas struct {
+	targets, profiles, inventories, sinks *int32
+	items                                 *int64
+	itemBytes                             *resource.Quantity
+}
+
+func (q scopeQuotas) validate() field.ErrorList {
+	var errs field.ErrorList
+	for _, c := range []struct {
+		value *int32
+		name  string
+	}{{q.targets, "maxTargets"}, {q.profiles, "maxProfiles"}, {q.inventories, "maxInventories"}, {q.sinks, "maxSinks"}} {
+		if c.value != nil {
+			errs = append(errs, apivalidation.ValidateNonnegativeField(int64(*c.value), specPath.Child(c.name))...)
+		}
+	}
+	if q.items != nil {
+		errs = append(errs, apivalidation.ValidateNonnegativeField(*q.items, specPath.Child("maxItems"))...)
+	}
+	if b := q.itemBytes; b != nil {
+		bytesPath := specPath.Child("maxItemBytes")
+		switch {
+		case b.Sign() < 0:
+			errs = append(errs, field.Invalid(bytesPath, b.String(), "must be greater than or equal to 0"))
+		case b.Cmp(MaxItemBytes) > 0:
+			errs = append(errs, field.Invalid(bytesPath, b.String(), "must be at most 1.5Mi, etcd's request size limit: no larger item can be stored"))
+		case b.MilliValue()%1000 != 0:
+			// Within 1.5Mi, MilliValue cannot overflow.
+			errs = append(errs, field.Invalid(bytesPath, b.String(), "must be a whole number of bytes"))
+		}
+	}
+	return errs
 }
 
 func validateAllowedGVKs(gks []kollect.GroupKind, fldPath *field.Path) field.ErrorList {

@@ -3,7 +3,9 @@ package validation
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -43,13 +45,24 @@ func ValidateSnapshotSink(obj *kollect.SnapshotSink, opts Options) field.ErrorLi
 	errs = append(errs, validateEnum(spec.Serialization.Format, serializationFormats, specPath.Child("serialization", "format"))...)
 	switch spec.Type {
 	case kollect.SnapshotSinkFile:
-		errs = append(errs, opts.validateEndpoint(spec.Endpoint, fileEndpoint, endpointPath)...)
+		if !opts.FileSinks {
+			errs = append(errs, field.Forbidden(typePath, "file sinks are disabled: the server runs without --file-sink-root"))
+		}
+		errs = append(errs, validateFileEndpoint(spec.Endpoint, opts)...)
 		errs = append(errs, forbidBlock(spec.Git != nil, "git", spec.Type)...)
 		if spec.File != nil {
-			errs = append(errs, validatePathTemplate(spec.File.PathTemplate, specPath.Child("file", "pathTemplate"))...)
+			tmplPath := specPath.Child("file", "pathTemplate")
+			if errs1 := validatePathTemplate(spec.File.PathTemplate, tmplPath); len(errs1) > 0 {
+				errs = append(errs, errs1...)
+			} else {
+				errs = append(errs, validateLocalPath(spec.File.PathTemplate, tmplPath)...)
+			}
 		}
 	case kollect.SnapshotSinkGit:
 		errs = append(errs, opts.validateEndpoint(spec.Endpoint, gitEndpoint, endpointPath)...)
+		if u, err := url.Parse(spec.Endpoint); err == nil && u.Scheme == "file" && !opts.AllowLocalGitSinks {
+			errs = append(errs, field.Forbidden(endpointPath, "git repositories on the server's file system (file://) are disabled: the server runs without --allow-local-git-sinks"))
+		}
 		errs = append(errs, forbidBlock(spec.File != nil, "file", spec.Type)...)
 		errs = append(errs, validateGitConfig(spec.Git, specPath.Child("git"))...)
 	}
@@ -116,15 +129,64 @@ func validateSinkUpdate[T ~string](meta, oldMeta *metav1.ObjectMeta, sinkType, o
 	return append(errs, apivalidation.ValidateImmutableField(sinkType, oldType, typePath)...)
 }
 
-// forUpdate skips the address check of an endpoint an update leaves as it
-// was: DNS answers change, and an admitted sink must stay editable. The
-// exporters check the addresses they dial.
+// forUpdate skips the checks of an endpoint an update leaves as it was:
+// DNS answers change, a server may lose --file-sink-root or
+// --allow-local-git-sinks, and an admitted sink must stay editable (its
+// labels, say) and deletable. The exporters check again what they use:
+// the addresses they dial, and the flags.
 func (o Options) forUpdate(endpoint, oldEndpoint string) Options {
 	if endpoint == oldEndpoint {
 		o.AllowPrivateSinkEndpoints = true
+		o.FileSinks = true
+		o.AllowLocalGitSinks = true
 	}
 	return o
 }
+
+// Bounds of a file sink's paths, below Linux's PATH_MAX (4096) and
+// NAME_MAX (255) so that the root directory, the namespace and the
+// expanded template still fit.
+const (
+	maxFileSinkPath = 1024
+	maxFileName     = 255
+)
+
+// validateFileEndpoint checks a file sink's endpoint. Its path is relative
+// to the namespace's directory under --file-sink-root (file:///reports is
+// DIR/<namespace>/reports), so besides the URL form it must be a plain
+// path: no control characters or backslashes, names of a length the file
+// system takes.
+func validateFileEndpoint(endpoint string, opts Options) field.ErrorList {
+	if errs := opts.validateEndpoint(endpoint, fileEndpoint, endpointPath); len(errs) > 0 {
+		return errs
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil { // validateEndpoint parsed it already
+		return field.ErrorList{field.Invalid(endpointPath, endpoint, "must be a URL")}
+	}
+	return validateLocalPath(u.Path, endpointPath)
+}
+
+// validateLocalPath checks a slash-separated path the server will create
+// on its file system: ".." and absolute paths are checked by the callers.
+func validateLocalPath(p string, fldPath *field.Path) field.ErrorList {
+	switch {
+	case len(p) > maxFileSinkPath:
+		return field.ErrorList{field.TooLong(fldPath, field.OmitValueType{}, maxFileSinkPath)}
+	case strings.IndexFunc(p, isControl) >= 0:
+		return field.ErrorList{field.Invalid(fldPath, strconv.Quote(p), "must not contain control characters such as NUL or newline")}
+	case strings.Contains(p, `\`):
+		return field.ErrorList{field.Invalid(fldPath, p, "must not contain backslashes: separate directories with '/'")}
+	}
+	for _, name := range strings.Split(p, "/") {
+		if len(name) > maxFileName {
+			return field.ErrorList{field.Invalid(fldPath, p, fmt.Sprintf("must not have a name longer than %d bytes between slashes", maxFileName))}
+		}
+	}
+	return nil
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 // validateEndpoint checks an endpoint against the rule of its sink type.
 func (o Options) validateEndpoint(endpoint string, rule endpointRule, fldPath *field.Path) field.ErrorList {

@@ -16,6 +16,10 @@ var (
 	sinkFamilies   = []kollect.SinkFamily{kollect.SinkFamilySnapshot, kollect.SinkFamilyDatabase, kollect.SinkFamilyEvent}
 	exportOutcomes = []kollect.ExportOutcome{kollect.OutcomeExported, kollect.OutcomeDebounced, kollect.OutcomeFailed}
 
+	// ProbeOutcomes are the values of a sink's status.probe.outcome: the
+	// prober's classes (sink.Outcome), and nothing a status writer makes up.
+	ProbeOutcomes = []string{"Succeeded", "AddressForbidden", "DNS", "Refused", "Timeout", "TLS", "Auth", "HTTPStatus", "Protocol", "SecretForbidden"}
+
 	sinksSyncedRegexp = regexp.MustCompile(`^[0-9]+/[0-9]+$`)
 )
 
@@ -95,6 +99,7 @@ func validateCollection(c *kollect.CollectionObservation, fldPath *field.Path) f
 	errs := validateNonNegative(c.ObservedGeneration, fldPath.Child("observedGeneration"))
 	errs = append(errs, validateNonNegative(c.ItemCount, fldPath.Child("itemCount"))...)
 	errs = append(errs, validateNonNegative(c.FailedCount, fldPath.Child("failedCount"))...)
+	errs = append(errs, validateNonNegative(c.OverQuotaCount, fldPath.Child("overQuotaCount"))...)
 	errs = append(errs, validateMessage(c.LastError, fldPath.Child("lastError"))...)
 	return append(errs, validateReason(c.Reason, fldPath.Child("reason"))...)
 }
@@ -104,6 +109,9 @@ func ValidateSinkStatus(status *kollect.SinkStatus, fldPath *field.Path) field.E
 	errs := validateStatusCommon(status.ObservedGeneration, status.Conditions, fldPath)
 	if probe := status.Probe; probe != nil {
 		probePath := fldPath.Child("probe")
+		if probe.Outcome != "" {
+			errs = append(errs, validateEnum(probe.Outcome, ProbeOutcomes, probePath.Child("outcome"))...)
+		}
 		errs = append(errs, validateMessage(probe.Message, probePath.Child("message"))...)
 		errs = append(errs, validateNonNegative(probe.LatencyMillis, probePath.Child("latencyMillis"))...)
 	}

@@ -6,6 +6,7 @@ package validation
 import (
 	"context"
 	"net"
+	"net/netip"
 	"regexp"
 	"strings"
 	"time"
@@ -24,8 +25,18 @@ type Options struct {
 	// AllowPrivateSinkEndpoints lets sink endpoints name loopback, private,
 	// link-local and metadata addresses (--allow-private-sink-endpoints).
 	AllowPrivateSinkEndpoints bool
+	// FileSinks admits SnapshotSinks of type file: the server runs with
+	// --file-sink-root, under which each namespace has its own directory.
+	FileSinks bool
+	// AllowLocalGitSinks admits git sinks on the server's own file system,
+	// file:// endpoints (--allow-local-git-sinks).
+	AllowLocalGitSinks bool
 	// LookupIP resolves a host name; nil means net.DefaultResolver.LookupIPAddr with a 2s timeout.
+	// The server passes its sink dialer's (--sink-dns-server), so that
+	// admission and the exporters agree on what a name resolves to.
 	LookupIP func(ctx context.Context, host string) ([]net.IP, error)
+	// AllowedSinkCIDRs are reachable although private (--allowed-sink-cidrs).
+	AllowedSinkCIDRs []netip.Prefix
 }
 
 // Limits enforced on the API.

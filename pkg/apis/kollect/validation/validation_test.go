@@ -2,13 +2,16 @@ package validation
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 )
@@ -468,6 +471,16 @@ func TestInvalid(t *testing.T) {
 			s.Spec.DatabaseSinkRefs = []string{"Portal"}
 			s.Spec.MinExportInterval = dur(-time.Minute)
 		}), []fieldErr{{"spec.databaseSinkRefs[0]", invalid}, {"spec.minExportInterval", invalid}, {"spec.snapshotSinkRefs[1]", duplicate}}},
+		{"scope with negative quotas", scope(func(s *kollect.Scope) {
+			s.Spec.MaxTargets, s.Spec.MaxInventories, s.Spec.MaxSinks = ptr.To[int32](-1), ptr.To[int32](-2), ptr.To[int32](math.MinInt32)
+			s.Spec.MaxItems, s.Spec.MaxItemBytes = ptr.To[int64](-1), ptr.To(resource.MustParse("-1"))
+		}), []fieldErr{{"spec.maxInventories", invalid}, {"spec.maxItemBytes", invalid}, {"spec.maxItems", invalid}, {"spec.maxSinks", invalid}, {"spec.maxTargets", invalid}}},
+		{"scope with maxItemBytes over etcd's limit", scope(func(s *kollect.Scope) { s.Spec.MaxItemBytes = ptr.To(resource.MustParse("1572865")) }),
+			[]fieldErr{{"spec.maxItemBytes", invalid}}},
+		{"scope with a huge maxItemBytes", scope(func(s *kollect.Scope) { s.Spec.MaxItemBytes = ptr.To(resource.MustParse("9Ei")) }),
+			[]fieldErr{{"spec.maxItemBytes", invalid}}},
+		{"scope with a fractional maxItemBytes", scope(func(s *kollect.Scope) { s.Spec.MaxItemBytes = ptr.To(resource.MustParse("1500m")) }),
+			[]fieldErr{{"spec.maxItemBytes", invalid}}},
 
 		// ClusterScope
 		{"cluster scope allowing and denying a namespace", clusterScope(func(s *kollect.ClusterScope) { s.Spec.DeniedNamespaces = []string{"team-b"} }),
@@ -478,6 +491,10 @@ func TestInvalid(t *testing.T) {
 		{"cluster scope with bad reference namespaces", clusterScope(func(s *kollect.ClusterScope) {
 			s.Spec.ReferenceNamespaces = []string{"kollect-system", "kollect_system"}
 		}), []fieldErr{{"spec.referenceNamespaces[1]", invalid}}},
+		{"cluster scope with negative quotas", clusterScope(func(s *kollect.ClusterScope) {
+			s.Spec.MaxTargets, s.Spec.MaxInventories, s.Spec.MaxSinks = ptr.To[int32](-1), ptr.To[int32](-1), ptr.To[int32](-1)
+			s.Spec.MaxItems, s.Spec.MaxItemBytes = ptr.To[int64](math.MinInt64), ptr.To(resource.MustParse("2Mi"))
+		}), []fieldErr{{"spec.maxInventories", invalid}, {"spec.maxItemBytes", invalid}, {"spec.maxItems", invalid}, {"spec.maxSinks", invalid}, {"spec.maxTargets", invalid}}},
 
 		// InventoryItem
 		{"item without source", inventoryItem(func(i *kollect.InventoryItem) { i.Source = kollect.ItemSource{} }),

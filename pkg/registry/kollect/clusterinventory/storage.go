@@ -6,6 +6,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 // NewREST returns the storage of clusterinventories and clusterinventories/status.
@@ -16,7 +17,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 		New:      func() runtime.Object { return &kollect.ClusterInventory{} },
 		NewList:  func() runtime.Object { return &kollect.ClusterInventoryList{} },
 		Strategy: main, Fields: selectableFields, Table: table,
-		Admission: opts.Checker.ClusterInventories(),
+		Admission: opts.Checker.WithQuota(tenancy.CountClusterInventories, opts.Checker.ClusterInventories()),
 	}
 	store, err := common.NewStore(k, optsGetter)
 	if err != nil {

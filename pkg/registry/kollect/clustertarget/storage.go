@@ -6,6 +6,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 // NewREST returns the storage of clustertargets and clustertargets/status.
@@ -16,7 +17,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 		New:      func() runtime.Object { return &kollect.ClusterTarget{} },
 		NewList:  func() runtime.Object { return &kollect.ClusterTargetList{} },
 		Strategy: main, Fields: selectableFields, Table: table,
-		Admission: opts.Checker.ClusterTargets(),
+		Admission: opts.Checker.WithQuota(tenancy.CountClusterTargets, opts.Checker.ClusterTargets()),
 	}
 	store, err := common.NewStore(k, optsGetter)
 	if err != nil {

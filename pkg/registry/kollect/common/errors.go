@@ -3,6 +3,8 @@ package common
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,28 +53,36 @@ func validateNewMeta(m *metav1.ObjectMeta) field.ErrorList {
 	return nil
 }
 
-// patchErrors makes an error in applying the patch of a PATCH request a
-// 400. The patch is applied inside the storage update (objInfo), and the
-// generic handler passes some errors of strategic merge patches through
-// bare, such as an unknown "$patch" directive, which would become a 500.
-// Every error the handler recognises is already an API status and passes
-// unchanged.
-func patchErrors(ctx context.Context, objInfo rest.UpdatedObjectInfo) rest.UpdatedObjectInfo {
-	if info, ok := genericapirequest.RequestInfoFrom(ctx); !ok || info.Verb != "patch" {
-		return objInfo
-	}
-	return patchErrorInfo{objInfo}
+// updateErrors turns errors the generic store would answer with a 500 into
+// what they are. The new object is computed inside the storage update
+// (objInfo): the generic handler passes some errors of strategic merge
+// patches through bare, such as an unknown "$patch" directive, and the
+// storage fails to parse a metadata.resourceVersion that is not a number
+// as an internal error. Every error the handler recognises is already an
+// API status and passes unchanged.
+func updateErrors(ctx context.Context, objInfo rest.UpdatedObjectInfo) rest.UpdatedObjectInfo {
+	info, _ := genericapirequest.RequestInfoFrom(ctx)
+	return updateErrorInfo{UpdatedObjectInfo: objInfo, patch: info != nil && info.Verb == "patch"}
 }
 
-type patchErrorInfo struct {
+type updateErrorInfo struct {
 	rest.UpdatedObjectInfo
+	patch bool
 }
 
-func (p patchErrorInfo) UpdatedObject(ctx context.Context, oldObj runtime.Object) (runtime.Object, error) {
-	obj, err := p.UpdatedObjectInfo.UpdatedObject(ctx, oldObj)
+func (u updateErrorInfo) UpdatedObject(ctx context.Context, oldObj runtime.Object) (runtime.Object, error) {
+	obj, err := u.UpdatedObjectInfo.UpdatedObject(ctx, oldObj)
 	var status apierrors.APIStatus
-	if err != nil && !errors.As(err, &status) && ctx.Err() == nil {
+	if err != nil && u.patch && !errors.As(err, &status) && ctx.Err() == nil {
 		return nil, apierrors.NewBadRequest("the patch cannot be applied: " + err.Error())
 	}
-	return obj, err
+	if err != nil {
+		return obj, err
+	}
+	if m, ok := obj.(metav1.Object); ok && m.GetResourceVersion() != "" {
+		if _, perr := strconv.ParseUint(m.GetResourceVersion(), 10, 64); perr != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("metadata.resourceVersion %q is not a resourceVersion this server issued: it must be a decimal number, as returned by the server, or empty", m.GetResourceVersion()))
+		}
+	}
+	return obj, nil
 }

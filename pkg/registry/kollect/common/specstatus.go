@@ -29,11 +29,12 @@ type SpecStatus[T runtime.Object, Spec, Status any] struct {
 	ValidateUpdate func(obj, old T) field.ErrorList
 	ValidateStatus func(obj T) field.ErrorList
 	// Requester, when set, points at the object's status.requester. The
-	// main strategy records the requesting user there on create and on the
-	// updates ReferencesChanged reports (exactly the writes whose references
-	// are checked against that user) and keeps the stored value on every
-	// other write; the status strategy always keeps the stored value. What a
-	// client sends there is never used.
+	// main strategy records the requesting user there, with the time, on
+	// create and on the updates ReferencesChanged reports (exactly the
+	// writes whose references are checked against that user, re-affirming
+	// included) and keeps the stored value on every other write; the status
+	// strategy always keeps the stored value. What a client sends there is
+	// never used.
 	Requester         func(T) **kollect.RequesterInfo
 	ReferencesChanged func(obj, old T) bool
 }
@@ -60,7 +61,7 @@ func (s mainStrategy[T, P, S]) PrepareForCreate(ctx context.Context, obj runtime
 		s.kind.Derive(o, s.Now())
 	}
 	if s.kind.Requester != nil {
-		*s.kind.Requester(o) = RequesterFrom(ctx)
+		*s.kind.Requester(o) = RequesterFrom(ctx, s.Now())
 	}
 }
 
@@ -76,7 +77,7 @@ func (s mainStrategy[T, P, S]) PrepareForUpdate(ctx context.Context, obj, old ru
 	}
 	if s.kind.Requester != nil {
 		if s.kind.ReferencesChanged != nil && s.kind.ReferencesChanged(o, prev) {
-			*s.kind.Requester(o) = RequesterFrom(ctx)
+			*s.kind.Requester(o) = RequesterFrom(ctx, s.Now())
 		} else {
 			*s.kind.Requester(o) = (*s.kind.Requester(prev)).DeepCopy()
 		}

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -49,6 +50,10 @@ type Kind struct {
 type Admission interface {
 	AdmitCreate(ctx context.Context, obj runtime.Object) error
 	AdmitUpdate(ctx context.Context, obj, old runtime.Object) error
+	// LockCreate takes a lock a create in namespace holds from admission
+	// until the object is stored, and returns its unlock: checks that
+	// count objects (quotas) see every create before theirs.
+	LockCreate(namespace string) (unlock func())
 }
 
 // NewStore builds the generic etcd-backed store of a kind.
@@ -105,6 +110,9 @@ func NewREST(store *genericregistry.Store, k Kind) *REST {
 
 // Create stores a new object once the kind's admission allows it.
 func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	if r.admission != nil {
+		defer r.admission.LockCreate(genericapirequest.NamespaceValue(ctx))()
+	}
 	out, err := r.Store.Create(ctx, obj, r.admitCreate(createValidation), options)
 	return out, storageError(err)
 }
@@ -112,7 +120,11 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 // Update replaces an object (or creates it, for server-side apply) once the
 // kind's admission allows it. Patches and applies come through here too.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
-	out, created, err := r.Store.Update(ctx, name, patchErrors(ctx, objInfo), r.admitCreate(createValidation), r.admitUpdate(updateValidation), forceAllowCreate, options)
+	if r.admission != nil && forceAllowCreate {
+		// A server-side apply may create the object.
+		defer r.admission.LockCreate(genericapirequest.NamespaceValue(ctx))()
+	}
+	out, created, err := r.Store.Update(ctx, name, updateErrors(ctx, objInfo), r.admitCreate(createValidation), r.admitUpdate(updateValidation), forceAllowCreate, options)
 	return out, created, storageError(err)
 }
 
@@ -194,7 +206,7 @@ func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOp
 // Update writes status; spec and metadata changes are discarded by the strategy.
 func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
 	// Status is never created through the subresource.
-	out, created, err := r.store.Update(ctx, name, patchErrors(ctx, objInfo), createValidation, r.admitUpdate(updateValidation), false, options)
+	out, created, err := r.store.Update(ctx, name, updateErrors(ctx, objInfo), createValidation, r.admitUpdate(updateValidation), false, options)
 	return out, created, storageError(err)
 }
 

@@ -15,6 +15,8 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/apis/kollect/validation"
+	"kollect.dev/kollect/pkg/netguard"
 	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
@@ -103,6 +105,16 @@ type Options struct {
 	// AllowPrivateSinkEndpoints lets sinks point at private, loopback and
 	// link-local addresses (--allow-private-sink-endpoints).
 	AllowPrivateSinkEndpoints bool
+	// SinkDialer is the exporters' guarded dialer. Admission resolves sink
+	// host names with its resolver (--sink-dns-server) and honours its
+	// allowed prefixes (--allowed-sink-cidrs); nil uses the system's
+	// resolver and allows no prefix.
+	SinkDialer *netguard.Dialer
+	// FileSinks admits file sinks: the server runs with --file-sink-root.
+	FileSinks bool
+	// AllowLocalGitSinks admits git sinks with file:// endpoints
+	// (--allow-local-git-sinks).
+	AllowLocalGitSinks bool
 	// Tenancy configures the admission checks that depend on who asks and
 	// on the tenancy limits: the authorizer of the `use` and `list` checks,
 	// the host cluster's RESTMapper, --tenant-mode.
@@ -111,4 +123,14 @@ type Options struct {
 	// own Scope, ClusterScope and Profile storage before it builds the kinds
 	// that need it; nil runs no checks.
 	Checker *tenancy.Checker
+}
+
+// SinkValidation is the validation.Options of the three sink kinds.
+func (o Options) SinkValidation() validation.Options {
+	v := validation.Options{AllowPrivateSinkEndpoints: o.AllowPrivateSinkEndpoints, FileSinks: o.FileSinks, AllowLocalGitSinks: o.AllowLocalGitSinks}
+	if o.SinkDialer != nil {
+		v.LookupIP = o.SinkDialer.LookupIP
+		v.AllowedSinkCIDRs = o.SinkDialer.Policy().AllowedCIDRs
+	}
+	return v
 }

@@ -10,6 +10,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/validation"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 // kind describes DatabaseSinks to the shared strategies; endpoint checks depend on
@@ -25,6 +26,11 @@ func kind(opts validation.Options) common.SpecStatus[*kollect.DatabaseSink, koll
 		Validate: func(o *kollect.DatabaseSink) field.ErrorList { return validation.ValidateDatabaseSink(o, opts) },
 		ValidateUpdate: func(o, old *kollect.DatabaseSink) field.ErrorList {
 			return validation.ValidateDatabaseSinkUpdate(o, old, opts)
+		},
+		// The Secret is used on the authority of the user who set it.
+		Requester: func(o *kollect.DatabaseSink) **kollect.RequesterInfo { return &o.Status.Requester },
+		ReferencesChanged: func(o, old *kollect.DatabaseSink) bool {
+			return tenancy.SinkReferencesChanged(o, old)
 		},
 	}
 }

@@ -67,6 +67,9 @@ var resolutionReasons = map[string]bool{
 	kollect.ReasonScopeSinkDenied:     true,
 	kollect.ReasonSinkNamespaceDenied: true,
 	kollect.ReasonTenantMode:          true,
+	kollect.ReasonSecretForbidden:     true,
+	kollect.ReasonItemsForbidden:      true,
+	kollect.ReasonRequesterExpired:    true,
 }
 
 // InventoryStatus derives the aggregate status of an Inventory or

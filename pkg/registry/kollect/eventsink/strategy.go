@@ -10,6 +10,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/validation"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 // kind describes EventSinks to the shared strategies; endpoint checks depend on
@@ -25,6 +26,11 @@ func kind(opts validation.Options) common.SpecStatus[*kollect.EventSink, kollect
 		Validate: func(o *kollect.EventSink) field.ErrorList { return validation.ValidateEventSink(o, opts) },
 		ValidateUpdate: func(o, old *kollect.EventSink) field.ErrorList {
 			return validation.ValidateEventSinkUpdate(o, old, opts)
+		},
+		// The Secret is used on the authority of the user who set it.
+		Requester: func(o *kollect.EventSink) **kollect.RequesterInfo { return &o.Status.Requester },
+		ReferencesChanged: func(o, old *kollect.EventSink) bool {
+			return tenancy.SinkReferencesChanged(o, old)
 		},
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 // NewREST returns the storage of inventories and inventories/status.
@@ -16,7 +17,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 		New:      func() runtime.Object { return &kollect.Inventory{} },
 		NewList:  func() runtime.Object { return &kollect.InventoryList{} },
 		Strategy: main, Fields: selectableFields, Table: table,
-		Admission: opts.Checker.Inventories(),
+		Admission: opts.Checker.WithQuota(tenancy.CountInventories, opts.Checker.Inventories()),
 	}
 	store, err := common.NewStore(k, optsGetter)
 	if err != nil {

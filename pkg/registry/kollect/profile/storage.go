@@ -6,6 +6,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 // NewREST returns the storage of profiles and profiles/status.
@@ -16,7 +17,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 		New:      func() runtime.Object { return &kollect.Profile{} },
 		NewList:  func() runtime.Object { return &kollect.ProfileList{} },
 		Strategy: main, Fields: selectableFields, Table: table,
-		Admission: opts.Checker.Profiles(),
+		Admission: opts.Checker.WithQuota(tenancy.CountProfiles, opts.Checker.Profiles()),
 	}
 	store, err := common.NewStore(k, optsGetter)
 	if err != nil {

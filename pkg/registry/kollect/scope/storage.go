@@ -15,6 +15,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 		New:      func() runtime.Object { return &kollect.Scope{} },
 		NewList:  func() runtime.Object { return &kollect.ScopeList{} },
 		Strategy: kind.Strategy(common.NewBase(scheme, true, opts.Clock)), Table: table,
+		Admission: opts.Checker.Scopes(),
 	}
 	store, err := common.NewStore(kind, optsGetter)
 	if err != nil {

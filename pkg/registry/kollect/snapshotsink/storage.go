@@ -6,20 +6,19 @@ import (
 	"k8s.io/apiserver/pkg/registry/generic"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
-	"kollect.dev/kollect/pkg/apis/kollect/validation"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
 	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 // NewREST returns the storage of snapshotsinks and snapshotsinks/status.
 func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts common.Options) (*common.REST, *common.StatusREST, error) {
-	main, status := kind(validation.Options{AllowPrivateSinkEndpoints: opts.AllowPrivateSinkEndpoints}).Strategies(common.NewBase(scheme, true, opts.Clock))
+	main, status := kind(opts.SinkValidation()).Strategies(common.NewBase(scheme, true, opts.Clock))
 	k := common.Kind{
 		Resource: "snapshotsinks", Singular: "snapshotsink", ShortNames: []string{"ssink"},
 		New:      func() runtime.Object { return &kollect.SnapshotSink{} },
 		NewList:  func() runtime.Object { return &kollect.SnapshotSinkList{} },
 		Strategy: main, Fields: selectableFields, Table: table,
-		Admission: tenancy.Sinks(opts.Checker, "snapshotsinks", "SnapshotSink", func(o *kollect.SnapshotSink) *metav1.Duration { return o.Spec.ExportMinInterval }),
+		Admission: opts.Checker.WithQuota(tenancy.CountSinks, tenancy.Sinks(opts.Checker, "snapshotsinks", "SnapshotSink", func(o *kollect.SnapshotSink) *metav1.Duration { return o.Spec.ExportMinInterval })),
 	}
 	store, err := common.NewStore(k, optsGetter)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/validation"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 // kind describes SnapshotSinks to the shared strategies; endpoint checks depend on
@@ -25,6 +26,11 @@ func kind(opts validation.Options) common.SpecStatus[*kollect.SnapshotSink, koll
 		Validate: func(o *kollect.SnapshotSink) field.ErrorList { return validation.ValidateSnapshotSink(o, opts) },
 		ValidateUpdate: func(o, old *kollect.SnapshotSink) field.ErrorList {
 			return validation.ValidateSnapshotSinkUpdate(o, old, opts)
+		},
+		// The Secret is used on the authority of the user who set it.
+		Requester: func(o *kollect.SnapshotSink) **kollect.RequesterInfo { return &o.Status.Requester },
+		ReferencesChanged: func(o, old *kollect.SnapshotSink) bool {
+			return tenancy.SinkReferencesChanged(o, old)
 		},
 	}
 }

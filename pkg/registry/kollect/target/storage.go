@@ -6,6 +6,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
 // NewREST returns the storage of targets and targets/status.
@@ -16,7 +17,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 		New:      func() runtime.Object { return &kollect.Target{} },
 		NewList:  func() runtime.Object { return &kollect.TargetList{} },
 		Strategy: main, Fields: selectableFields, Table: table,
-		Admission: opts.Checker.Targets(),
+		Admission: opts.Checker.WithQuota(tenancy.CountTargets, opts.Checker.Targets()),
 	}
 	store, err := common.NewStore(k, optsGetter)
 	if err != nil {

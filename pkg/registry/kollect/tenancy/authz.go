@@ -98,6 +98,81 @@ func useAttributes(r referenced, namespace, name string) authorizer.AttributesRe
 	}
 }
 
+// Secrets a sink uses are read on the authority of the user recorded on
+// the sink, who must be allowed to read them; exports on the authority of
+// the inventory's requester, who must be allowed to read the items.
+var (
+	secretsResource = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	itemsResource   = kollect.Resource("inventoryitems").WithVersion(v1alpha1.SchemeGroupVersion.Version)
+	// clusterItemsResource are the items a ClusterInventory exports.
+	clusterItemsResource = kollect.Resource("clusterinventoryitems").WithVersion(v1alpha1.SchemeGroupVersion.Version)
+)
+
+// getSecretAttributes asks for `get` on one Secret.
+func getSecretAttributes(namespace, name string) authorizer.AttributesRecord {
+	return authorizer.AttributesRecord{
+		Verb:            "get",
+		Namespace:       namespace,
+		APIVersion:      secretsResource.Version,
+		Resource:        secretsResource.Resource,
+		Name:            name,
+		ResourceRequest: true,
+	}
+}
+
+// itemsOf is the item resource an inventory exports: inventoryitems in its
+// namespace, or clusterinventoryitems (namespace empty) across the cluster.
+func itemsOf(namespace string) schema.GroupVersionResource {
+	if namespace == "" {
+		return clusterItemsResource
+	}
+	return itemsResource
+}
+
+// checkSecret requires `get` on the Secret a sink uses.
+func (c *Checker) checkSecret(ctx context.Context, v *verdict, namespace, name string, path *field.Path) {
+	if c.cfg.Authorizer == nil {
+		return
+	}
+	ok, why := c.authorize(ctx, getSecretAttributes(namespace, name))
+	if ok {
+		return
+	}
+	msg := fmt.Sprintf("%s: user %q may not get Secret %q in namespace %q: the sink sends the Secret's values on the authority of the user who sets it, which needs the verb %q on secrets %q in namespace %q",
+		path, userName(ctx), name, namespace, "get", name, namespace)
+	if why != "" {
+		msg += " (" + why + ")"
+	}
+	v.denied = append(v.denied, msg)
+}
+
+// checkItems requires `list` on the items an inventory exports (namespace
+// empty for a ClusterInventory): an export is a read of them.
+func (c *Checker) checkItems(ctx context.Context, v *verdict, namespace string) {
+	if c.cfg.Authorizer == nil {
+		return
+	}
+	gvr := itemsOf(namespace)
+	ok, why := c.authorize(ctx, listAttributes(gvr, namespace))
+	if ok {
+		return
+	}
+	msg := fmt.Sprintf("%s: user %q may not list %s %s: an inventory exports only items its user may read, which needs the verb %q on %s %s",
+		specPath, userName(ctx), resourceString(gvr), where(namespace), "list", resourceString(gvr), where(namespace))
+	if why != "" {
+		msg += " (" + why + ")"
+	}
+	v.denied = append(v.denied, msg)
+}
+
+// where names a namespace, or the cluster when it is empty.
+func where(namespace string) string {
+	if namespace == "" {
+		return "across the cluster (all namespaces)"
+	}
+	return fmt.Sprintf("in namespace %q", namespace)
+}
+
 // listAttributes asks for `list` of a resource in a namespace, or across
 // the cluster when namespace is empty.
 func listAttributes(gvr schema.GroupVersionResource, namespace string) authorizer.AttributesRecord {
@@ -138,12 +213,8 @@ func (c *Checker) checkList(ctx context.Context, v *verdict, target string, p *k
 	if ok {
 		return nil
 	}
-	where := "across the cluster (all namespaces)"
-	if namespace != "" {
-		where = fmt.Sprintf("in namespace %q", namespace)
-	}
 	msg := fmt.Sprintf("%s: user %q may not list %s %s, which Profile %s/%s collects (%s): a %s collects only what the user creating it may list",
-		path, userName(ctx), resourceString(mapping.Resource), where, p.Namespace, p.Name, gvkString(gvk), target)
+		path, userName(ctx), resourceString(mapping.Resource), where(namespace), p.Namespace, p.Name, gvkString(gvk), target)
 	if why != "" {
 		msg += " (" + why + ")"
 	}

@@ -135,8 +135,9 @@ func (c *Checker) ClusterTargets() Admission {
 }
 
 // Inventories: `use` on every referenced sink (in the Inventory's
-// namespace) on create and when InventoryReferencesChanged; the Scopes'
-// floor and sink allowlists on every write, ratcheted.
+// namespace) and `list` on the namespace's inventoryitems, on create and
+// when InventoryReferencesChanged; the Scopes' floor and sink allowlists on
+// every write, ratcheted.
 func (c *Checker) Inventories() Admission {
 	if c == nil {
 		return Admission{}
@@ -146,6 +147,7 @@ func (c *Checker) Inventories() Admission {
 		spec := inventorySpec(inv)
 		if old == nil || InventoryReferencesChanged(inv, old) {
 			c.checkSinkUse(ctx, v, spec)
+			c.checkItems(ctx, v, inv.Namespace)
 		}
 		ls, err := c.scopes(ctx, inv.Namespace)
 		if err != nil {
@@ -167,9 +169,9 @@ func (c *Checker) Inventories() Admission {
 }
 
 // ClusterInventories: tenant mode; `use` on every referenced sink in its
-// resolved namespace on create and when ClusterInventoryReferencesChanged;
-// the ClusterScopes' floor, sink allowlists and reference namespaces on
-// every write, ratcheted.
+// resolved namespace and `list` on clusterinventoryitems, on create and
+// when ClusterInventoryReferencesChanged; the ClusterScopes' floor, sink
+// allowlists and reference namespaces on every write, ratcheted.
 func (c *Checker) ClusterInventories() Admission {
 	if c == nil {
 		return Admission{}
@@ -182,6 +184,7 @@ func (c *Checker) ClusterInventories() Admission {
 		spec := clusterInventorySpec(inv)
 		if old == nil || ClusterInventoryReferencesChanged(inv, old) {
 			c.checkSinkUse(ctx, v, spec)
+			c.checkItems(ctx, v, "")
 		}
 		ls, err := c.clusterScopes(ctx)
 		if err != nil {
@@ -233,12 +236,11 @@ func (c *Checker) ClusterScopes() Admission {
 	}
 }
 
-// Sinks: a sink's own exportMinInterval must respect its namespace's
-// floor, checked on every write, ratcheted.
-func Sinks[T interface {
-	runtime.Object
-	metav1.Object
-}](c *Checker, resource, kind string, interval func(T) *metav1.Duration) Admission {
+// Sinks: the requesting user must be allowed to `get` the Secret a sink
+// uses, on create and when SinkReferencesChanged; a sink's own
+// exportMinInterval must respect its namespace's floor, checked on every
+// write, ratcheted.
+func Sinks[T SinkObject](c *Checker, resource, kind string, interval func(T) *metav1.Duration) Admission {
 	if c == nil {
 		return Admission{}
 	}
@@ -253,6 +255,9 @@ func Sinks[T interface {
 			ls.checkInterval(&before, "sink", interval(*old), intervalPath)
 		}
 		v := newVerdict(resource, kind, sink.GetName())
+		if ref := sinkSecretRef(sink); ref != nil && (old == nil || SinkReferencesChanged(sink, *old)) {
+			c.checkSecret(ctx, v, sink.GetNamespace(), ref.Name, specPath.Child("secretRef", "name"))
+		}
 		v.invalidate(now.newSince(before)...)
 		return v.result(ctx)
 	}
@@ -299,12 +304,22 @@ func onlyDeletionFieldsChanged(obj, old runtime.Object) bool {
 	return apiequality.Semantic.DeepEqual(prev, obj)
 }
 
+// AnnotationReaffirm is kollect.AnnotationReaffirm, for the messages that
+// tell users how to re-affirm.
+const AnnotationReaffirm = kollect.AnnotationReaffirm
+
+// reaffirmed tells whether an update changes AnnotationReaffirm.
+func reaffirmed(obj, old metav1.Object) bool {
+	return obj.GetAnnotations()[AnnotationReaffirm] != old.GetAnnotations()[AnnotationReaffirm]
+}
+
 // TargetReferencesChanged tells whether an update changes what a Target
-// collects: its Profile or its selection. Those updates are checked against
-// the requesting user, who becomes the requester.
+// collects: its Profile or its selection (or re-affirms the requester).
+// Those updates are checked against the requesting user, who becomes the
+// requester.
 func TargetReferencesChanged(obj, old *kollect.Target) bool {
 	a, b := &obj.Spec, &old.Spec
-	return a.ProfileRef != b.ProfileRef ||
+	return reaffirmed(obj, old) || a.ProfileRef != b.ProfileRef ||
 		!apiequality.Semantic.DeepEqual(a.LabelSelector, b.LabelSelector) ||
 		!apiequality.Semantic.DeepEqual(a.Names, b.Names)
 }
@@ -313,7 +328,7 @@ func TargetReferencesChanged(obj, old *kollect.Target) bool {
 // whose selection includes the namespaces.
 func ClusterTargetReferencesChanged(obj, old *kollect.ClusterTarget) bool {
 	a, b := &obj.Spec, &old.Spec
-	return a.ProfileRef != b.ProfileRef ||
+	return reaffirmed(obj, old) || a.ProfileRef != b.ProfileRef ||
 		!apiequality.Semantic.DeepEqual(a.NamespaceSelector, b.NamespaceSelector) ||
 		!apiequality.Semantic.DeepEqual(a.IncludeNamespaces, b.IncludeNamespaces) ||
 		!apiequality.Semantic.DeepEqual(a.ExcludeNamespaces, b.ExcludeNamespaces) ||
@@ -321,17 +336,73 @@ func ClusterTargetReferencesChanged(obj, old *kollect.ClusterTarget) bool {
 		!apiequality.Semantic.DeepEqual(a.Names, b.Names)
 }
 
-// InventoryReferencesChanged tells whether an update changes the set of
-// sinks an Inventory exports to (not their order or intervals).
+// InventoryReferencesChanged tells whether an update changes what an
+// Inventory exports or where: the targets it selects, or the set of sinks
+// (not their order or intervals); or re-affirms the requester.
 func InventoryReferencesChanged(obj, old *kollect.Inventory) bool {
-	return !sinkSet(inventorySpec(obj)).Equal(sinkSet(inventorySpec(old)))
+	return reaffirmed(obj, old) ||
+		!apiequality.Semantic.DeepEqual(obj.Spec.TargetSelector, old.Spec.TargetSelector) ||
+		!sinkSet(inventorySpec(obj)).Equal(sinkSet(inventorySpec(old)))
 }
 
 // ClusterInventoryReferencesChanged is InventoryReferencesChanged for
-// ClusterInventories, with namespaces resolved (so a new sinkNamespace is a
-// change).
+// ClusterInventories: their selection is targetRefs and targetSelector, and
+// sink namespaces are resolved (so a new sinkNamespace is a change).
 func ClusterInventoryReferencesChanged(obj, old *kollect.ClusterInventory) bool {
-	return !sinkSet(clusterInventorySpec(obj)).Equal(sinkSet(clusterInventorySpec(old)))
+	return reaffirmed(obj, old) ||
+		!apiequality.Semantic.DeepEqual(obj.Spec.TargetSelector, old.Spec.TargetSelector) ||
+		!targetNames(obj.Spec.TargetRefs).Equal(targetNames(old.Spec.TargetRefs)) ||
+		!sinkSet(clusterInventorySpec(obj)).Equal(sinkSet(clusterInventorySpec(old)))
+}
+
+func targetNames(refs []kollect.LocalObjectReference) sets.Set[string] {
+	s := sets.New[string]()
+	for _, r := range refs {
+		s.Insert(r.Name)
+	}
+	return s
+}
+
+// SinkReferencesChanged tells whether an update changes how a sink uses a
+// Secret, and so needs the requesting user's `get` on it and records them:
+// a new, changed or removed secretRef, or while it has one any other change
+// of spec (where and how the Secret's values are sent: endpoint, TLS,
+// options); or re-affirms the requester.
+func SinkReferencesChanged(obj, old SinkObject) bool {
+	ref := sinkSecretRef(obj)
+	return reaffirmed(obj, old) || !apiequality.Semantic.DeepEqual(ref, sinkSecretRef(old)) ||
+		(ref != nil && !apiequality.Semantic.DeepEqual(sinkSpec(obj), sinkSpec(old)))
+}
+
+// SinkObject is a SnapshotSink, DatabaseSink or EventSink.
+type SinkObject interface {
+	runtime.Object
+	metav1.Object
+}
+
+// sinkSecretRef is the Secret a sink of any family uses, nil when none.
+func sinkSecretRef(obj runtime.Object) *kollect.LocalObjectReference {
+	switch o := obj.(type) {
+	case *kollect.SnapshotSink:
+		return o.Spec.SecretRef
+	case *kollect.DatabaseSink:
+		return o.Spec.SecretRef
+	case *kollect.EventSink:
+		return o.Spec.SecretRef
+	}
+	return nil
+}
+
+func sinkSpec(obj runtime.Object) any {
+	switch o := obj.(type) {
+	case *kollect.SnapshotSink:
+		return &o.Spec
+	case *kollect.DatabaseSink:
+		return &o.Spec
+	case *kollect.EventSink:
+		return &o.Spec
+	}
+	return nil
 }
 
 func sinkSet(e exportSpec) sets.Set[string] {

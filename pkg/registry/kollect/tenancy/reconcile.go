@@ -24,8 +24,8 @@ import (
 // Denial is a reference or a limit an existing object may no longer use.
 type Denial struct {
 	// Reason is the status reason: SinkForbidden, ProfileForbidden,
-	// ScopeGVKDenied, ScopeNamespaceDenied, ScopeSinkDenied or
-	// SinkNamespaceDenied.
+	// SecretForbidden, ItemsForbidden, RequesterExpired, ScopeGVKDenied,
+	// ScopeNamespaceDenied, ScopeSinkDenied or SinkNamespaceDenied.
 	Reason string
 	// Message names the user or the limit, and what is denied.
 	Message string
@@ -240,6 +240,70 @@ func MayList(ctx context.Context, authz authorizer.Authorizer, requester *v1alph
 	msg := fmt.Sprintf("user %q, recorded as the requester, may no longer list %s %s, which the Profile collects: collection stopped, the items are kept",
 		requester.Username, resourceString(gvr), where)
 	return &Denial{Reason: kollect.ReasonProfileForbidden, Message: msg + why}, nil
+}
+
+// noSinkRequester explains a denial of a sink that records no requester:
+// sinks record one since they need `get` on their Secret; one written
+// before that must be re-affirmed before its Secret is used again.
+const noSinkRequester = "the sink records no requester (status.requester), so whether its Secret may be used cannot be checked (it was written before sinks recorded who set their Secret); re-affirm it to record you: kubectl annotate --overwrite <kind> <name> " + AnnotationReaffirm + "=<timestamp>"
+
+// MayGetSecret re-asks whether the requester recorded on a sink may still
+// `get` the Secret it uses, in the sink's namespace. A Denial
+// (SecretForbidden) means the Secret must not be read; an error means the
+// authorizer could not answer and the caller retries.
+func MayGetSecret(ctx context.Context, authz authorizer.Authorizer, requester *v1alpha1.RequesterInfo, namespace, name string) (*Denial, error) {
+	if requester == nil {
+		return &Denial{Reason: kollect.ReasonSecretForbidden, Message: noSinkRequester}, nil
+	}
+	attrs := getSecretAttributes(namespace, name)
+	attrs.User = RequesterUser(requester)
+	why, allowed, err := ask(ctx, authz, attrs)
+	if allowed || err != nil {
+		return nil, err
+	}
+	msg := fmt.Sprintf("user %q, recorded as the sink's requester, may no longer get Secret %q in namespace %q (the verb %q on secrets): the Secret is not read and the sink is not used",
+		requester.Username, name, namespace, "get")
+	return &Denial{Reason: kollect.ReasonSecretForbidden, Message: msg + why}, nil
+}
+
+// MayListItems re-asks whether the requester of an Inventory (namespace
+// set) or ClusterInventory (namespace empty) may still list the items it
+// exports: inventoryitems in its namespace, or clusterinventoryitems.
+func MayListItems(ctx context.Context, authz authorizer.Authorizer, requester *v1alpha1.RequesterInfo, namespace string) (*Denial, error) {
+	if requester == nil {
+		return &Denial{Reason: kollect.ReasonItemsForbidden, Message: noRequester}, nil
+	}
+	gvr := itemsOf(namespace)
+	attrs := listAttributes(gvr, namespace)
+	attrs.User = RequesterUser(requester)
+	why, allowed, err := ask(ctx, authz, attrs)
+	if allowed || err != nil {
+		return nil, err
+	}
+	msg := fmt.Sprintf("user %q, recorded as the requester, may no longer list %s %s: nothing is exported",
+		requester.Username, resourceString(gvr), where(namespace))
+	return &Denial{Reason: kollect.ReasonItemsForbidden, Message: msg + why}, nil
+}
+
+// RequesterExpired denies an object whose requester was recorded more than
+// maxAge before now (--requester-max-age; 0 turns the check off), or
+// records no time at all: the groups recorded then are no longer trusted
+// to be current. An update that re-affirms the requester ends it.
+func RequesterExpired(requester *v1alpha1.RequesterInfo, maxAge time.Duration, now time.Time) *Denial {
+	if maxAge <= 0 {
+		return nil
+	}
+	if requester == nil || requester.RecordedAt == nil {
+		return &Denial{Reason: kollect.ReasonRequesterExpired,
+			Message: fmt.Sprintf("the server runs with --requester-max-age=%s and the object records no requester time: nothing is done on its authority until someone re-affirms it (changes its references, or annotates it with %s=<timestamp>)", maxAge, AnnotationReaffirm)}
+	}
+	at := requester.RecordedAt.Time
+	if now.Sub(at) <= maxAge {
+		return nil
+	}
+	return &Denial{Reason: kollect.ReasonRequesterExpired,
+		Message: fmt.Sprintf("user %q was recorded as the requester at %s, more than --requester-max-age=%s ago: nothing is done on their authority until someone re-affirms it (changes its references, or annotates it with %s=<timestamp>)",
+			requester.Username, at.UTC().Format(time.RFC3339), maxAge, AnnotationReaffirm)}
 }
 
 // ask runs one authorization check. Only an answer counts as a denial: an

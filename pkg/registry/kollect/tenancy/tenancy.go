@@ -7,7 +7,11 @@
 //     (delegated) authorizer the way Kubernetes checks `bind` and `escalate`
 //     in pkg/registry/rbac; a Target also requires the user to be allowed to
 //     `list` the kind its Profile collects in its namespace, a ClusterTarget
-//     across the cluster. Denials are 403 Forbidden naming the namespace,
+//     across the cluster; an Inventory requires `list` on the items it
+//     exports (inventoryitems in its namespace, clusterinventoryitems for a
+//     ClusterInventory), and a sink `get` on the Secret it uses; a Scope
+//     setting a quota above the server's default requires `escalate` on
+//     scopes (quota.go). Denials are 403 Forbidden naming the namespace,
 //     kind, name and verb.
 //   - The tenancy limits of Scopes (per namespace) and ClusterScopes (for the
 //     cluster kinds): allowed kinds, sink allowlists, the export interval
@@ -47,17 +51,20 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/warning"
+	"k8s.io/utils/keymutex"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 )
 
 // Config is how the server runs the checks.
 type Config struct {
-	// Authorizer answers the `use` and `list` checks for the requesting
-	// user. The server passes its own authorizer: the delegated one (a
-	// SubjectAccessReview to kube-apiserver, with system:masters allowed
-	// without asking). Nil skips both checks; only the in-process test
-	// server, which runs without authentication and authorization, has none.
+	// Authorizer answers the `use`, `get` (a sink's Secret) and `list`
+	// checks for the requesting user. The server passes the delegated
+	// authorizer (a SubjectAccessReview to kube-apiserver, with
+	// system:masters allowed without asking) with answers cached under a
+	// second, so grants and revocations apply at once. Nil skips the checks;
+	// only the in-process test server, which runs without authentication
+	// and authorization, has none.
 	Authorizer authorizer.Authorizer
 	// RESTMapper maps the kind a Profile collects to its resource in the
 	// host cluster, for the `list` check; NewHostRESTMapper builds one that
@@ -67,6 +74,9 @@ type Config struct {
 	// TenantMode rejects creating and updating ClusterTargets,
 	// ClusterInventories and ClusterScopes (--tenant-mode).
 	TenantMode bool
+	// Quotas are the defaults of the Scopes' quotas (--default-max-*); the
+	// zero value sets none (quota.go).
+	Quotas Quotas
 }
 
 // Lookups read the server's own storage, in process.
@@ -75,18 +85,23 @@ type Lookups struct {
 	Scopes, ClusterScopes rest.Lister
 	// Profiles gets the Profile a Target references.
 	Profiles rest.Getter
+	// Quota lists what the quotas count.
+	Quota QuotaLookups
 }
 
 // Checker runs the checks of every kind.
 type Checker struct {
 	cfg     Config
 	lookups Lookups
+	// creates serializes the creates one quota counts (WithQuota), from
+	// the count to the write.
+	creates keymutex.KeyMutex
 }
 
 // New returns a Checker. Call SetLookups once the storage it reads exists,
 // before the server serves.
 func New(cfg Config) *Checker {
-	return &Checker{cfg: cfg}
+	return &Checker{cfg: cfg, creates: keymutex.NewHashed(64)}
 }
 
 // SetLookups gives the checker the storage it reads. The kinds it checks
@@ -97,6 +112,19 @@ func (c *Checker) SetLookups(l Lookups) { c.lookups = l }
 type Admission struct {
 	Create func(ctx context.Context, obj runtime.Object) error
 	Update func(ctx context.Context, obj, old runtime.Object) error
+	// Lock, when set, is held by the registry around a create in
+	// namespace, from admission to the write, and returns its unlock: a
+	// quota's count then sees every create before it.
+	Lock func(namespace string) (unlock func())
+}
+
+// LockCreate takes the lock a create in namespace must hold until the
+// object is stored.
+func (a Admission) LockCreate(namespace string) (unlock func()) {
+	if a.Lock == nil {
+		return func() {}
+	}
+	return a.Lock(namespace)
 }
 
 // AdmitCreate checks a new object.

@@ -1,10 +1,13 @@
 // Package file implements the file snapshot sink: one document per
-// inventory under a local directory (endpoint file:///absolute/dir),
-// replaced atomically on every write.
+// inventory under a directory of the server, replaced atomically on every
+// write.
 //
-// All file operations go through an os.Root opened on the directory, so
-// neither a path template nor a symlink planted in the directory can make
-// the sink write outside it.
+// File sinks exist only when the server runs with --file-sink-root DIR.
+// A sink's endpoint path is then relative to DIR/<sink namespace>
+// (file:///reports is DIR/team-a/reports), and every file operation goes
+// through an os.Root opened on that namespace's directory, so that neither
+// an endpoint, a path template nor a symlink planted in the directory can
+// make the sink write outside it.
 package file
 
 import (
@@ -33,13 +36,32 @@ const DefaultPathTemplate = "{namespace}/{inventory}.{ext}"
 // paths.
 const ClusterNamespace = "_cluster"
 
+// Directories are not world-readable: DIR/<namespace> holds one tenant's
+// documents, and whoever reads them on the machine shares the server's
+// group (the chart's fsGroup).
 const (
-	dirMode  fs.FileMode = 0o755
-	fileMode fs.FileMode = 0o644
+	dirMode  fs.FileMode = 0o750
+	fileMode fs.FileMode = 0o640
 )
+
+// ErrDisabled is returned for every file sink of a server without
+// --file-sink-root: there is no directory it may write to.
+var ErrDisabled = fmt.Errorf("file sinks are disabled: the server runs without --file-sink-root: %w", sink.ErrPermanent)
+
+// Location is where the sinks of one namespace may write.
+type Location struct {
+	// Root is the server's --file-sink-root; empty means file sinks are
+	// disabled.
+	Root string
+	// Namespace is the sink's namespace: DIR/<Namespace> is its directory.
+	Namespace string
+}
 
 // Sink writes snapshot documents to files under one directory.
 type Sink struct {
+	loc Location
+	// dir is the endpoint's directory relative to DIR/<namespace>, "."
+	// for the namespace's directory itself.
 	dir          string
 	pathTemplate string
 	format       sink.Format
@@ -48,8 +70,9 @@ type Sink struct {
 	// would race with a Write creating a file in one of them. Writes are
 	// small, so one lock costs little.
 	mu sync.Mutex
-	// root is opened on first use, so that New only validates the spec and a
-	// directory that cannot be created yet shows up as a Probe failure.
+	// root is the endpoint's directory, opened on first use, so that New
+	// only validates the spec and a directory that cannot be created yet
+	// shows up as a Probe failure.
 	root *os.Root
 }
 
@@ -57,9 +80,16 @@ var _ sink.SnapshotSink = (*Sink)(nil)
 
 // New validates the spec and returns the sink. It does not touch the
 // file system.
-func New(spec *v1alpha1.SnapshotSinkSpec) (*Sink, error) {
+func New(spec *v1alpha1.SnapshotSinkSpec, loc Location) (*Sink, error) {
 	if spec == nil {
 		return nil, fmt.Errorf("file sink: no spec: %w", sink.ErrPermanent)
+	}
+	if loc.Root == "" {
+		return nil, ErrDisabled
+	}
+	// Namespaces are DNS labels; anything else could name a path.
+	if !filepath.IsLocal(loc.Namespace) || strings.ContainsAny(loc.Namespace, `/\`) || loc.Namespace == "." {
+		return nil, fmt.Errorf("file sink: namespace %q cannot name a directory: %w", loc.Namespace, sink.ErrPermanent)
 	}
 	dir, err := parseEndpoint(spec.Endpoint)
 	if err != nil {
@@ -75,7 +105,7 @@ func New(spec *v1alpha1.SnapshotSinkSpec) (*Sink, error) {
 	if spec.File != nil && spec.File.PathTemplate != "" {
 		tmpl = spec.File.PathTemplate
 	}
-	s := &Sink{dir: dir, pathTemplate: tmpl, format: format}
+	s := &Sink{loc: loc, dir: dir, pathTemplate: tmpl, format: format}
 	// Catch a template that can never yield a valid path before the first
 	// export, with sample values.
 	if _, err := s.path(sink.Inventory{Namespace: "ns", Name: "name"}); err != nil {
@@ -84,8 +114,10 @@ func New(spec *v1alpha1.SnapshotSinkSpec) (*Sink, error) {
 	return s, nil
 }
 
-// parseEndpoint accepts file:///absolute/dir only and returns the cleaned
-// directory.
+// parseEndpoint accepts file:///dir only and returns dir relative to the
+// namespace's directory, cleaned: "." for file:///. Sinks admitted before
+// --file-sink-root existed named absolute directories of the server; they
+// now name the same path under DIR/<namespace>, never the old place.
 func parseEndpoint(endpoint string) (string, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil {
@@ -93,9 +125,36 @@ func parseEndpoint(endpoint string) (string, error) {
 	}
 	if u.Scheme != "file" || u.Opaque != "" || u.User != nil || u.Host != "" ||
 		u.RawQuery != "" || u.Fragment != "" || !path.IsAbs(u.Path) {
-		return "", fmt.Errorf("file sink: endpoint %q must be file:///absolute/dir: %w", endpoint, sink.ErrPermanent)
+		return "", fmt.Errorf("file sink: endpoint %q must be file:///dir: %w", endpoint, sink.ErrPermanent)
 	}
-	return filepath.Clean(u.Path), nil
+	if err := checkDir(u.Path); err != nil {
+		return "", fmt.Errorf("file sink: endpoint %q: %w: %w", endpoint, err, sink.ErrPermanent)
+	}
+	if rel := strings.TrimLeft(path.Clean(u.Path), "/"); rel != "" {
+		return rel, nil
+	}
+	return ".", nil
+}
+
+// checkDir rejects an endpoint path that could leave the namespace's
+// directory. Admission refuses these and more; this covers sinks admitted
+// by older servers.
+func checkDir(p string) error {
+	switch {
+	case strings.ContainsRune(p, 0):
+		return errors.New("path contains NUL")
+	case strings.Contains(p, `\`):
+		return errors.New("path contains a backslash")
+	}
+	for _, elem := range strings.Split(p, "/") {
+		if elem == ".." {
+			return errors.New("path contains a .. element")
+		}
+	}
+	if rel := strings.TrimLeft(path.Clean(p), "/"); rel != "" && !filepath.IsLocal(rel) {
+		return errors.New("path is not inside the namespace's directory")
+	}
+	return nil
 }
 
 // path is the inventory's document path relative to the directory.
@@ -140,21 +199,64 @@ func checkPath(p string) error {
 	return nil
 }
 
-// openRoot creates the directory if needed and opens the Root once.
-// Callers hold mu.
+// openRoot opens the endpoint's directory once, creating it and the
+// namespace's directory as needed. Callers hold mu.
 func (s *Sink) openRoot() (*os.Root, error) {
 	if s.root != nil {
 		return s.root, nil
 	}
-	if err := os.MkdirAll(s.dir, dirMode); err != nil {
-		return nil, fmt.Errorf("file sink: creating directory: %w", err)
-	}
-	root, err := os.OpenRoot(s.dir)
+	top, err := os.OpenRoot(s.loc.Root)
 	if err != nil {
-		return nil, fmt.Errorf("file sink: opening directory: %w", err)
+		// The error would show the server's path to the tenant: say which
+		// flag to look at instead.
+		return nil, fmt.Errorf("file sink: the server's --file-sink-root cannot be opened: %w", withoutPath(err))
+	}
+	defer top.Close()
+	ns, err := openNamespace(top, s.loc.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	if err := ns.MkdirAll(s.dir, dirMode); err != nil {
+		return nil, fmt.Errorf("file sink: creating %s: %w", s.dir, err)
+	}
+	root, err := ns.OpenRoot(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("file sink: opening %s: %w", s.dir, withoutPath(err))
 	}
 	s.root = root
 	return root, nil
+}
+
+// openNamespace opens DIR/<namespace>, creating it, and makes sure that
+// what it opened is that directory itself. os.Root follows symlinks that
+// stay inside DIR: a symlink DIR/team-a -> team-b would hand team-a's sinks
+// team-b's directory. The check runs after the open, on the opened handle,
+// so the entry cannot be swapped between check and use.
+func openNamespace(top *os.Root, namespace string) (*os.Root, error) {
+	if err := top.Mkdir(namespace, dirMode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("file sink: creating the directory of namespace %s: %w", namespace, withoutPath(err))
+	}
+	ns, err := top.OpenRoot(namespace)
+	if err != nil {
+		return nil, fmt.Errorf("file sink: opening the directory of namespace %s: %w: %w", namespace, withoutPath(err), sink.ErrPermanent)
+	}
+	entry, lerr := top.Lstat(namespace)
+	opened, serr := ns.Stat(".")
+	if lerr != nil || serr != nil || !entry.IsDir() || !os.SameFile(entry, opened) {
+		_ = ns.Close()
+		return nil, fmt.Errorf("file sink: the directory of namespace %s is not a plain directory (a symlink?); refusing to write through it: %w", namespace, sink.ErrPermanent)
+	}
+	return ns, nil
+}
+
+// withoutPath drops the path from a file system error: some name the
+// server's directories in full, which is not for tenants to read.
+func withoutPath(err error) error {
+	if pe, ok := errors.AsType[*fs.PathError](err); ok {
+		return fmt.Errorf("%s: %w", pe.Op, pe.Err)
+	}
+	return err
 }
 
 // Write replaces the inventory's file with the encoded envelope: a temp
@@ -251,7 +353,7 @@ func syncDir(root *os.Root, dir string) error {
 }
 
 // Delete removes the inventory's file and the directories it leaves
-// empty, up to the sink's directory itself.
+// empty, up to the endpoint's directory itself.
 func (s *Sink) Delete(ctx context.Context, inv sink.Inventory) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -285,8 +387,8 @@ func (s *Sink) Delete(ctx context.Context, inv sink.Inventory) error {
 	return nil
 }
 
-// Probe checks that the directory exists (creating it if needed) and that
-// a file can be created in it.
+// Probe checks that the endpoint's directory exists (creating it if
+// needed) and that a file can be created in it.
 func (s *Sink) Probe(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err

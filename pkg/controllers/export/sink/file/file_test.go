@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -57,25 +56,30 @@ var (
 	exportedAt = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 )
 
-func newSink(t *testing.T, dir string, format v1alpha1.SerializationFormat, tmpl string) *Sink {
+// newSink returns the sink of namespace team-a under the file sink root
+// root, at endpoint file:///out, and the directory its files land in.
+func newSink(t *testing.T, root string, format v1alpha1.SerializationFormat, tmpl string) (*Sink, string) {
+	t.Helper()
+	return newSinkAt(t, root, "team-a", "file:///out", format, tmpl), filepath.Join(root, "team-a", "out")
+}
+
+func newSinkAt(t *testing.T, root, namespace, endpoint string, format v1alpha1.SerializationFormat, tmpl string) *Sink {
 	t.Helper()
 	spec := &v1alpha1.SnapshotSinkSpec{
 		Type:          v1alpha1.SnapshotSinkFile,
-		Endpoint:      fileURL(dir),
+		Endpoint:      endpoint,
 		Serialization: v1alpha1.Serialization{Format: format},
 	}
 	if tmpl != "" {
 		spec.File = &v1alpha1.FileSinkConfig{PathTemplate: tmpl}
 	}
-	s, err := New(spec)
+	s, err := New(spec, Location{Root: root, Namespace: namespace})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }
-
-func fileURL(dir string) string { return (&url.URL{Scheme: "file", Path: dir}).String() }
 
 // listFiles returns the regular files under dir, relative and sorted.
 func listFiles(t *testing.T, dir string) []string {
@@ -102,8 +106,8 @@ func TestWriteFormats(t *testing.T) {
 	ctx := context.Background()
 	for _, format := range []v1alpha1.SerializationFormat{"", v1alpha1.SerializationJSON, v1alpha1.SerializationYAML, v1alpha1.SerializationNDJSON} {
 		t.Run("format="+string(format), func(t *testing.T) {
-			dir := filepath.Join(t.TempDir(), "out") // created by the sink
-			s := newSink(t, dir, format, "")
+			root := t.TempDir()
+			s, dir := newSink(t, root, format, "") // dir is created by the sink
 			ext := sink.Format(format).Ext()
 
 			for _, inv := range []sink.Inventory{nsInv, clusterInv} {
@@ -135,8 +139,8 @@ func TestWriteFormats(t *testing.T) {
 					t.Errorf("header = %+v, want checksum %s", header, env.Checksum)
 				}
 			}
-			want := []string{"_cluster/nodes." + ext, "team-a/apps." + ext}
-			if got := listFiles(t, dir); strings.Join(got, ",") != strings.Join(want, ",") {
+			want := []string{"team-a/out/_cluster/nodes." + ext, "team-a/out/team-a/apps." + ext}
+			if got := listFiles(t, root); strings.Join(got, ",") != strings.Join(want, ",") {
 				t.Errorf("files = %v, want %v (no temp files)", got, want)
 			}
 		})
@@ -145,8 +149,7 @@ func TestWriteFormats(t *testing.T) {
 
 func TestOverwrite(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := newSink(t, dir, "", "")
+	s, dir := newSink(t, t.TempDir(), "", "")
 	if _, err := s.Write(ctx, nsInv, envelope(nsInv, 1, exportedAt, item("a", "x", "1"))); err != nil {
 		t.Fatal(err)
 	}
@@ -168,12 +171,18 @@ func TestOverwrite(t *testing.T) {
 	if got := listFiles(t, dir); len(got) != 1 {
 		t.Errorf("files = %v, want one", got)
 	}
+	info, err := os.Stat(filepath.Join(dir, "team-a", "apps.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := info.Mode().Perm(); perm&0o007 != 0 {
+		t.Errorf("document mode %v is readable by others", perm)
+	}
 }
 
 func TestPathTemplate(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := newSink(t, dir, v1alpha1.SerializationYAML, "snapshots/{namespace}-{inventory}.{ext}")
+	s, dir := newSink(t, t.TempDir(), v1alpha1.SerializationYAML, "snapshots/{namespace}-{inventory}.{ext}")
 	if _, err := s.Write(ctx, nsInv, envelope(nsInv, 1, exportedAt)); err != nil {
 		t.Fatal(err)
 	}
@@ -182,74 +191,299 @@ func TestPathTemplate(t *testing.T) {
 	}
 }
 
+// TestEndpointIsRelative: an endpoint path names a directory under
+// DIR/<namespace>, whatever its form; sinks admitted before
+// --file-sink-root named absolute directories of the server and now write
+// under the namespace's directory, never at the old place.
+func TestEndpointIsRelative(t *testing.T) {
+	legacy := filepath.Join(t.TempDir(), "legacy")
+	for endpoint, want := range map[string]string{
+		"file:///":                           "team-a/team-a/apps.json",
+		"file:///reports":                    "team-a/reports/team-a/apps.json",
+		"file:////reports//./daily/":         "team-a/reports/daily/team-a/apps.json",
+		"file:///reports/%2Fdaily":           "team-a/reports/daily/team-a/apps.json",
+		"file://" + filepath.ToSlash(legacy): "team-a" + filepath.ToSlash(legacy) + "/team-a/apps.json",
+	} {
+		t.Run(endpoint, func(t *testing.T) {
+			root := t.TempDir()
+			s := newSinkAt(t, root, "team-a", endpoint, "", "")
+			if _, err := s.Write(context.Background(), nsInv, envelope(nsInv, 1, exportedAt)); err != nil {
+				t.Fatal(err)
+			}
+			if got := listFiles(t, root); len(got) != 1 || got[0] != want {
+				t.Errorf("files = %v, want [%s]", got, want)
+			}
+		})
+	}
+	if _, err := os.Stat(legacy); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the legacy absolute directory was touched: %v", err)
+	}
+}
+
+func TestDisabledWithoutRoot(t *testing.T) {
+	spec := &v1alpha1.SnapshotSinkSpec{Type: v1alpha1.SnapshotSinkFile, Endpoint: "file:///reports"}
+	_, err := New(spec, Location{Namespace: "team-a"})
+	if !errors.Is(err, ErrDisabled) || !errors.Is(err, sink.ErrPermanent) || !strings.Contains(err.Error(), "--file-sink-root") {
+		t.Errorf("New without a root = %v, want ErrDisabled naming the flag", err)
+	}
+}
+
 func TestRejectedEndpointsAndTemplates(t *testing.T) {
-	dir := t.TempDir()
-	for _, tc := range []struct{ endpoint, tmpl string }{
+	root := t.TempDir()
+	for _, tc := range []struct{ namespace, endpoint, tmpl string }{
 		{endpoint: "file://relative/dir"},
 		{endpoint: "file:relative"},
 		{endpoint: "https://example.com/dir"},
-		{endpoint: dir},
-		{endpoint: fileURL(dir) + "?x=1"},
-		{endpoint: fileURL(dir), tmpl: "../{inventory}.{ext}"},
-		{endpoint: fileURL(dir), tmpl: "{namespace}/../../{inventory}.{ext}"},
-		{endpoint: fileURL(dir), tmpl: "/etc/{inventory}.{ext}"},
-		{endpoint: fileURL(dir), tmpl: "{namespace}/"},
-		{endpoint: fileURL(dir), tmpl: "."},
+		{endpoint: "/absolute/dir"},
+		{endpoint: "file:///dir?x=1"},
+		{endpoint: "file:///../team-b"},
+		{endpoint: "file:///reports/../../team-b"},
+		{endpoint: "file:///%2e%2e/team-b"},
+		{endpoint: "file:///reports%00"},
+		{endpoint: `file:///reports\..\..\team-b`},
+		{endpoint: "file:///out", tmpl: "../{inventory}.{ext}"},
+		{endpoint: "file:///out", tmpl: "{namespace}/../../{inventory}.{ext}"},
+		{endpoint: "file:///out", tmpl: "/etc/{inventory}.{ext}"},
+		{endpoint: "file:///out", tmpl: "{namespace}/"},
+		{endpoint: "file:///out", tmpl: "."},
+		{namespace: "..", endpoint: "file:///out"},
+		{namespace: "", endpoint: "file:///out"},
+		{namespace: "team-a/../team-b", endpoint: "file:///out"},
+		{namespace: "/etc", endpoint: "file:///out"},
 	} {
 		spec := &v1alpha1.SnapshotSinkSpec{Type: v1alpha1.SnapshotSinkFile, Endpoint: tc.endpoint}
 		if tc.tmpl != "" {
 			spec.File = &v1alpha1.FileSinkConfig{PathTemplate: tc.tmpl}
 		}
-		_, err := New(spec)
+		ns := tc.namespace
+		if ns == "" && tc.endpoint != "file:///out" {
+			ns = "team-a"
+		}
+		_, err := New(spec, Location{Root: root, Namespace: ns})
 		if !errors.Is(err, sink.ErrPermanent) {
-			t.Errorf("New(%q, %q) = %v, want a permanent error", tc.endpoint, tc.tmpl, err)
+			t.Errorf("New(%q, %q, namespace %q) = %v, want a permanent error", tc.endpoint, tc.tmpl, ns, err)
 		}
 	}
-	_, err := New(&v1alpha1.SnapshotSinkSpec{Endpoint: fileURL(dir), Serialization: v1alpha1.Serialization{Format: "xml"}})
+	_, err := New(&v1alpha1.SnapshotSinkSpec{Endpoint: "file:///out", Serialization: v1alpha1.Serialization{Format: "xml"}}, Location{Root: root, Namespace: "team-a"})
 	if !errors.Is(err, sink.ErrPermanent) {
 		t.Errorf("unknown format: %v", err)
+	}
+	if got := listFiles(t, root); len(got) != 0 {
+		t.Errorf("files = %v, want none", got)
 	}
 }
 
 // An inventory name is not checked by New; a value that turns the path
 // into ".." at write time must be refused as well.
 func TestWriteRejectsEscapingValues(t *testing.T) {
-	dir := t.TempDir()
-	s := newSink(t, dir, "", "{inventory}/x.{ext}")
+	root := t.TempDir()
+	s, _ := newSink(t, root, "", "{inventory}/x.{ext}")
 	inv := sink.Inventory{Kind: "Inventory", Namespace: "ns", Name: ".."}
 	if _, err := s.Write(context.Background(), inv, envelope(inv, 1, exportedAt)); !errors.Is(err, sink.ErrPermanent) {
 		t.Errorf("Write = %v, want a permanent error", err)
 	}
-	if got := listFiles(t, filepath.Dir(dir)); len(got) != 0 {
+	if got := listFiles(t, filepath.Dir(root)); len(got) != 0 {
 		t.Errorf("files = %v, want none", got)
 	}
 }
 
-// A symlink in the directory pointing outside cannot be followed.
-func TestSymlinkEscape(t *testing.T) {
-	base := t.TempDir()
-	dir, outside := filepath.Join(base, "sink"), filepath.Join(base, "outside")
-	for _, d := range []string{dir, outside} {
-		if err := os.Mkdir(d, 0o755); err != nil {
+// tree records every entry under dirs without following symlinks: its
+// type, mode, size, modification time and content or link target.
+func tree(t *testing.T, dirs ...string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, dir := range dirs {
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			desc := fmt.Sprintf("%v %d %d", info.Mode(), info.Size(), info.ModTime().UnixNano())
+			switch {
+			case info.Mode()&fs.ModeSymlink != 0:
+				target, err := os.Readlink(p)
+				if err != nil {
+					return err
+				}
+				desc += " -> " + target
+			case info.Mode().IsRegular():
+				b, err := os.ReadFile(p)
+				if err != nil {
+					return err
+				}
+				desc += " " + string(b)
+			}
+			out[p] = desc
+			return nil
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.Symlink(outside, filepath.Join(dir, "team-a")); err != nil {
+	return out
+}
+
+// TestConfinement: whatever is planted in DIR, a sink of team-a writes and
+// deletes in DIR/team-a only. Each case plants symlinks (relative ones
+// staying inside DIR, absolute ones, to / and to another namespace's
+// directory), writes and deletes a document, and compares everything
+// outside DIR/team-a (team-b's directory, a directory outside DIR) with
+// what was there before.
+func TestConfinement(t *testing.T) {
+	type env struct{ root, outside string }
+	tests := []struct {
+		name      string
+		namespace string
+		endpoint  string
+		tmpl      string
+		plant     func(t *testing.T, e env)
+		// written is the document's path under DIR when the write must
+		// succeed; empty when it must fail.
+		written string
+		// probeOK: the endpoint's directory is fine, only the template's
+		// path is not.
+		probeOK bool
+	}{
+		{name: "symlink to another namespace's directory", endpoint: "file:///to-b",
+			plant: func(t *testing.T, e env) { symlink(t, "../team-b", e.root, "team-a/to-b") }},
+		{name: "symlink to /", endpoint: "file:///to-root/tmp",
+			plant: func(t *testing.T, e env) { symlink(t, "/", e.root, "team-a/to-root") }},
+		{name: "absolute symlink to a directory outside", endpoint: "file:///away",
+			plant: func(t *testing.T, e env) { symlink(t, e.outside, e.root, "team-a/away") }},
+		{name: "relative symlink climbing out of DIR", endpoint: "file:///up",
+			plant: func(t *testing.T, e env) {
+				rel, err := filepath.Rel(filepath.Join(e.root, "team-a"), e.outside)
+				if err != nil {
+					t.Fatal(err)
+				}
+				symlink(t, rel, e.root, "team-a/up")
+			}},
+		{name: "symlinked parent directory", endpoint: "file:///nested/link/deeper",
+			plant: func(t *testing.T, e env) { symlink(t, "../../team-b", e.root, "team-a/nested/link") }},
+		{name: "symlink where the template's directory goes", endpoint: "file:///reports",
+			plant: func(t *testing.T, e env) { symlink(t, "../../team-b", e.root, "team-a/reports/team-a") }, probeOK: true},
+		{name: "symlink where the document goes is replaced, not followed", endpoint: "file:///reports",
+			plant: func(t *testing.T, e env) {
+				symlink(t, "../../../team-b/sentinel.json", e.root, "team-a/reports/team-a/apps.json")
+			},
+			written: "team-a/reports/team-a/apps.json"},
+		{name: "symlink inside the namespace's directory is fine", endpoint: "file:///alias",
+			plant: func(t *testing.T, e env) {
+				mkdir(t, e.root, "team-a/real")
+				symlink(t, "real", e.root, "team-a/alias")
+			},
+			written: "team-a/real/team-a/apps.json"},
+		{name: "template naming another namespace stays inside", endpoint: "file:///", tmpl: "team-b/{inventory}.{ext}",
+			written: "team-a/team-b/apps.json"},
+		{name: "namespace directory replaced by a symlink to another namespace's", namespace: "team-c", endpoint: "file:///",
+			plant: func(t *testing.T, e env) { symlink(t, "team-b", e.root, "team-c") }},
+		{name: "namespace directory replaced by a symlink to DIR itself", namespace: "team-c", endpoint: "file:///team-b",
+			plant: func(t *testing.T, e env) { symlink(t, ".", e.root, "team-c") }},
+		{name: "namespace directory replaced by an absolute symlink", namespace: "team-c", endpoint: "file:///",
+			plant: func(t *testing.T, e env) { symlink(t, e.outside, e.root, "team-c") }},
+		{name: "namespace directory replaced by a regular file", namespace: "team-c", endpoint: "file:///",
+			plant: func(t *testing.T, e env) { writeFile(t, e.root, "team-c", "not a directory") }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := env{root: t.TempDir(), outside: t.TempDir()}
+			mkdir(t, e.root, "team-a")
+			writeFile(t, e.root, "team-b/sentinel.json", "team-b's document")
+			writeFile(t, e.outside, "sentinel.json", "outside")
+			if tc.plant != nil {
+				tc.plant(t, e)
+			}
+			before := tree(t, filepath.Join(e.root, "team-b"), e.outside)
+			ns := tc.namespace
+			if ns == "" {
+				ns = "team-a"
+			}
+			s := newSinkAt(t, e.root, ns, tc.endpoint, "", tc.tmpl)
+			inv := sink.Inventory{Kind: "Inventory", Namespace: "team-a", Name: "apps"}
+			_, err := s.Write(context.Background(), inv, envelope(inv, 1, exportedAt, item("a", "x", "1")))
+			switch {
+			case tc.written == "" && err == nil:
+				t.Errorf("Write succeeded, want a refusal")
+			case tc.written != "" && err != nil:
+				t.Errorf("Write: %v", err)
+			case tc.written != "":
+				info, err := os.Lstat(filepath.Join(e.root, tc.written))
+				if err != nil || !info.Mode().IsRegular() {
+					t.Errorf("%s: %v, want a regular file", tc.written, err)
+				}
+			}
+			t.Logf("write: %v", err)
+			if err != nil && strings.Contains(err.Error(), e.root) {
+				t.Errorf("the error shows the server's path: %v", err)
+			}
+			perr := s.Probe(context.Background())
+			if (perr == nil) != (tc.written != "" || tc.probeOK) {
+				t.Errorf("Probe = %v", perr)
+			}
+			if err := s.Delete(context.Background(), inv); (err == nil) != (tc.written != "") {
+				t.Errorf("Delete = %v", err)
+			}
+			if after := tree(t, filepath.Join(e.root, "team-b"), e.outside); fmt.Sprint(after) != fmt.Sprint(before) {
+				t.Errorf("outside DIR/team-a changed:\nbefore %v\nafter  %v", before, after)
+			}
+			if entries, err := os.ReadDir(e.root); err != nil {
+				t.Fatal(err)
+			} else {
+				for _, d := range entries {
+					if n := d.Name(); n != "team-a" && n != "team-b" && n != "team-c" {
+						t.Errorf("DIR holds %s", n)
+					}
+				}
+			}
+		})
+	}
+}
+
+func symlink(t *testing.T, target, root, name string) {
+	t.Helper()
+	p := filepath.Join(root, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	s := newSink(t, dir, "", "")
-	if _, err := s.Write(context.Background(), nsInv, envelope(nsInv, 1, exportedAt)); err == nil {
-		t.Fatal("Write through a symlink leaving the directory succeeded")
+	if err := os.Symlink(target, p); err != nil {
+		t.Fatal(err)
 	}
-	if got := listFiles(t, outside); len(got) != 0 {
-		t.Errorf("files outside = %v, want none", got)
+}
+
+func mkdir(t *testing.T, root, name string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(root, name), 0o750); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeFile(t *testing.T, root, name, content string) {
+	t.Helper()
+	p := filepath.Join(root, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o640); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An error about DIR itself names the flag, not the server's path.
+func TestRootErrorHidesPath(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "missing-root")
+	s := newSinkAt(t, root, "team-a", "file:///", "", "")
+	err := s.Probe(context.Background())
+	if err == nil || strings.Contains(err.Error(), root) || !strings.Contains(err.Error(), "--file-sink-root") {
+		t.Errorf("Probe = %v, want an error naming the flag and not %s", err, root)
 	}
 }
 
 func TestDelete(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := newSink(t, dir, "", "deep/{namespace}/{inventory}.{ext}")
+	s, dir := newSink(t, t.TempDir(), "", "deep/{namespace}/{inventory}.{ext}")
 	other := sink.Inventory{Kind: "Inventory", Namespace: "team-b", Name: "apps"}
 	for _, inv := range []sink.Inventory{nsInv, other} {
 		if _, err := s.Write(ctx, inv, envelope(inv, 1, exportedAt, item("a", "x", "1"))); err != nil {
@@ -283,8 +517,7 @@ func TestDelete(t *testing.T) {
 
 func TestConcurrentWrites(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := newSink(t, dir, v1alpha1.SerializationNDJSON, "")
+	s, dir := newSink(t, t.TempDir(), v1alpha1.SerializationNDJSON, "")
 	invs := []sink.Inventory{nsInv, clusterInv}
 	last := make([]*sink.Envelope, len(invs))
 	var wg sync.WaitGroup
@@ -341,21 +574,22 @@ func TestConcurrentWrites(t *testing.T) {
 
 func TestProbe(t *testing.T) {
 	ctx := context.Background()
-	dir := filepath.Join(t.TempDir(), "a", "b")
-	s := newSink(t, dir, "", "")
+	root := t.TempDir()
+	s := newSinkAt(t, root, "team-a", "file:///a/b", "", "")
 	if err := s.Probe(ctx); err != nil {
 		t.Fatalf("Probe: %v", err)
 	}
-	if got := listFiles(t, dir); len(got) != 0 {
+	info, err := os.Stat(filepath.Join(root, "team-a", "a", "b"))
+	if err != nil || !info.IsDir() {
+		t.Fatalf("the probe did not create the directory: %v", err)
+	}
+	if got := listFiles(t, root); len(got) != 0 {
 		t.Errorf("probe left %v", got)
 	}
 
 	// A path that cannot become a directory fails the probe.
-	blocker := filepath.Join(t.TempDir(), "file")
-	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bad := newSink(t, filepath.Join(blocker, "dir"), "", "")
+	writeFile(t, root, "team-a/file", "")
+	bad := newSinkAt(t, root, "team-a", "file:///file/dir", "", "")
 	if err := bad.Probe(ctx); err == nil {
 		t.Error("Probe under a regular file succeeded")
 	}
@@ -364,7 +598,8 @@ func TestProbe(t *testing.T) {
 // A failed write leaves no temp file behind: here the rename fails because
 // a directory occupies the target path.
 func TestFailedWriteLeavesNoTempFile(t *testing.T) {
-	dir := t.TempDir()
+	root := t.TempDir()
+	dir := filepath.Join(root, "team-a", "out")
 	occupied := filepath.Join(dir, "team-a", "apps.json")
 	if err := os.MkdirAll(occupied, 0o755); err != nil {
 		t.Fatal(err)
@@ -372,7 +607,7 @@ func TestFailedWriteLeavesNoTempFile(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(occupied, "keep"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s := newSink(t, dir, "", "")
+	s, _ := newSink(t, root, "", "")
 	if _, err := s.Write(context.Background(), nsInv, envelope(nsInv, 1, exportedAt)); err == nil {
 		t.Fatal("Write over a directory succeeded")
 	}

@@ -7,6 +7,11 @@
 // nothing is checked out, so symlinks or odd files in the repository can
 // never redirect a write onto the local file system, and a commit only
 // ever touches the one document it is about.
+//
+// Every network connection goes through the sink's netguard.Dialer (see
+// transport.go): https:// and http:// through go-git's protocol registry,
+// with redirects refused, and ssh:// through a dialer go-git takes as a
+// proxy.
 package git
 
 import (
@@ -40,6 +45,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/netguard"
 )
 
 // Defaults of the git sink configuration.
@@ -79,6 +85,9 @@ type Sink struct {
 	auth            transport.AuthMethod
 	caBundle        []byte
 	insecureSkipTLS bool
+	// dialer makes the network connections; proxy routes ssh:// through it.
+	dialer *netguard.Dialer
+	proxy  transport.ProxyOptions
 	// secrets are the credential values (and encodings of them) removed
 	// from every error message.
 	secrets []string
@@ -93,8 +102,9 @@ var _ sink.SnapshotSink = (*Sink)(nil)
 // New validates the spec and the Secret, and opens or prepares the clone
 // in workDir: a clone of the same endpoint left by an earlier run is
 // reused, anything else in workDir is removed. New does not contact the
-// remote.
-func New(spec *v1alpha1.SnapshotSinkSpec, secret sink.Secret, workDir string) (*Sink, error) {
+// remote. Network endpoints connect only through dialer; file:// ones need
+// none.
+func New(spec *v1alpha1.SnapshotSinkSpec, secret sink.Secret, workDir string, dialer *netguard.Dialer) (*Sink, error) {
 	if spec == nil {
 		return nil, fmt.Errorf("git sink: no spec: %w", sink.ErrPermanent)
 	}
@@ -135,6 +145,15 @@ func New(spec *v1alpha1.SnapshotSinkSpec, secret sink.Secret, workDir string) (*
 	u, err := parseEndpoint(spec.Endpoint)
 	if err != nil {
 		return nil, err
+	}
+	if u.Scheme != "file" {
+		if dialer == nil {
+			return nil, fmt.Errorf("git sink: no dialer for a network endpoint: %w", sink.ErrPermanent)
+		}
+		s.dialer = dialer
+		if u.Scheme == "ssh" {
+			s.proxy = sshProxy(dialer)
+		}
 	}
 	if s.auth, err = authMethod(u, secret); err != nil {
 		return nil, s.scrub(err)
@@ -484,12 +503,13 @@ func (s *Sink) commitAndPush(ctx context.Context, p, message string, when time.T
 // to it. It returns the remote head, the zero hash when the branch does
 // not exist yet.
 func (s *Sink) fetch(ctx context.Context) (plumbing.Hash, error) {
-	err := s.repo.FetchContext(ctx, &gogit.FetchOptions{
+	err := s.repo.FetchContext(s.dialContext(ctx), &gogit.FetchOptions{
 		RemoteName:      remoteName,
 		RefSpecs:        []config.RefSpec{config.RefSpec("+" + s.branch + ":" + s.tracking)},
 		Auth:            s.auth,
 		CABundle:        s.caBundle,
 		InsecureSkipTLS: s.insecureSkipTLS,
+		ProxyOptions:    s.proxy,
 		Tags:            gogit.NoTags,
 	})
 	var head plumbing.Hash
@@ -682,12 +702,13 @@ func editTree(st storer.EncodedObjectStorer, tree *object.Tree, parts []string, 
 }
 
 func (s *Sink) push(ctx context.Context) error {
-	err := s.repo.PushContext(ctx, &gogit.PushOptions{
+	err := s.repo.PushContext(s.dialContext(ctx), &gogit.PushOptions{
 		RemoteName:      remoteName,
 		RefSpecs:        []config.RefSpec{config.RefSpec(s.branch + ":" + s.branch)},
 		Auth:            s.auth,
 		CABundle:        s.caBundle,
 		InsecureSkipTLS: s.insecureSkipTLS,
+		ProxyOptions:    s.proxy,
 	})
 	if errors.Is(err, gogit.NoErrAlreadyUpToDate) {
 		return nil
@@ -719,10 +740,11 @@ func (s *Sink) Probe(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	remote := gogit.NewRemote(memory.NewStorage(), &config.RemoteConfig{Name: remoteName, URLs: []string{s.endpoint}})
-	_, err := remote.ListContext(ctx, &gogit.ListOptions{
+	_, err := remote.ListContext(s.dialContext(ctx), &gogit.ListOptions{
 		Auth:            s.auth,
 		CABundle:        s.caBundle,
 		InsecureSkipTLS: s.insecureSkipTLS,
+		ProxyOptions:    s.proxy,
 	})
 	if err != nil && !errors.Is(err, transport.ErrEmptyRemoteRepository) {
 		return s.scrub(fmt.Errorf("git sink: listing remote refs: %w", err))
@@ -790,6 +812,7 @@ func (s *Sink) scrub(err error) error {
 	if permanent {
 		kinds = append(kinds, sink.ErrPermanent)
 	}
+	kinds = append(kinds, classify(err, msg))
 	for _, k := range []error{context.Canceled, context.DeadlineExceeded} {
 		if errors.Is(err, k) {
 			kinds = append(kinds, k)

@@ -17,6 +17,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/netguard"
 )
 
 var (
@@ -158,9 +159,13 @@ func pushForeign(bare, branch, name, work string) error {
 	return nil
 }
 
+// loopbackDialer allows the test servers' loopback addresses, as
+// --allow-private-sink-endpoints does.
+var loopbackDialer, _ = netguard.New(netguard.Config{Policy: netguard.Policy{AllowPrivate: true}})
+
 func newSink(t *testing.T, spec *v1alpha1.SnapshotSinkSpec, secret sink.Secret, workDir string) *Sink {
 	t.Helper()
-	s, err := New(spec, secret, workDir)
+	s, err := New(spec, secret, workDir, loopbackDialer)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

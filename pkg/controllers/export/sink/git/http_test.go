@@ -174,6 +174,9 @@ func TestHTTPSWrongToken(t *testing.T) {
 		if !errors.Is(err, sink.ErrPermanent) {
 			t.Errorf("%s: %v is not permanent", op, err)
 		}
+		if c := sink.Classify(err); c.Outcome != sink.OutcomeAuth {
+			t.Errorf("%s: classified %+v, want Auth", op, c)
+		}
 		for _, secret := range []string{wrongToken, rightToken, "wrong-token", "right-token"} {
 			if strings.Contains(err.Error(), secret) {
 				t.Errorf("%s: error %q contains %q", op, err, secret)

@@ -271,7 +271,7 @@ func TestRejectedConfiguration(t *testing.T) {
 		"bad ca bundle":  {Endpoint: "https://example.com/repo.git", TLS: &v1alpha1.TLSConfig{CABundle: []byte("nope")}},
 		"ssh without id": {Endpoint: "ssh://git@example.com/repo.git"},
 	} {
-		_, err := New(spec, nil, filepath.Join(base, "work"))
+		_, err := New(spec, nil, filepath.Join(base, "work"), loopbackDialer)
 		if !errors.Is(err, sink.ErrPermanent) {
 			t.Errorf("%s: New = %v, want a permanent error", name, err)
 		}
@@ -293,16 +293,16 @@ func TestSSHSecretChecks(t *testing.T) {
 	spec := &v1alpha1.SnapshotSinkSpec{Endpoint: "ssh://git@example.com:2222/repo.git"}
 	key := "-----BEGIN OPENSSH PRIVATE KEY-----\nTHISISNOTAREALKEYBUTITMUSTNOTLEAK\n-----END OPENSSH PRIVATE KEY-----\n"
 
-	_, err := New(spec, sink.Secret{"ssh-privatekey": []byte(key)}, filepath.Join(base, "a"))
+	_, err := New(spec, sink.Secret{"ssh-privatekey": []byte(key)}, filepath.Join(base, "a"), loopbackDialer)
 	if !errors.Is(err, sink.ErrPermanent) || !strings.Contains(err.Error(), "known_hosts") {
 		t.Errorf("missing known_hosts: %v", err)
 	}
-	_, err = New(spec, sink.Secret{"ssh-privatekey": []byte(key), "known_hosts": []byte("example.com ssh-ed25519 AAAA\n")}, filepath.Join(base, "b"))
+	_, err = New(spec, sink.Secret{"ssh-privatekey": []byte(key), "known_hosts": []byte("example.com ssh-ed25519 AAAA\n")}, filepath.Join(base, "b"), loopbackDialer)
 	if !errors.Is(err, sink.ErrPermanent) || strings.Contains(err.Error(), "THISISNOTAREALKEY") {
 		t.Errorf("unusable key: %v", err)
 	}
 	// A token does not fit an ssh endpoint, nor a key an https one.
-	_, err = New(&v1alpha1.SnapshotSinkSpec{Endpoint: "https://example.com/repo.git"}, sink.Secret{"ssh-privatekey": []byte(key)}, filepath.Join(base, "c"))
+	_, err = New(&v1alpha1.SnapshotSinkSpec{Endpoint: "https://example.com/repo.git"}, sink.Secret{"ssh-privatekey": []byte(key)}, filepath.Join(base, "c"), loopbackDialer)
 	if !errors.Is(err, sink.ErrPermanent) {
 		t.Errorf("key with https: %v", err)
 	}

@@ -191,6 +191,9 @@ func TestSSH(t *testing.T) {
 	if err == nil || !errors.Is(err, sink.ErrPermanent) {
 		t.Errorf("Write = %v, want a permanent host key error", err)
 	}
+	if c := sink.Classify(err); c.Outcome != sink.OutcomeTLS {
+		t.Errorf("host key mismatch classified %+v, want TLS", c)
+	}
 	if err != nil && strings.Contains(err.Error(), strings.TrimSpace(string(privPEM))) {
 		t.Errorf("error shows the key")
 	}
@@ -205,6 +208,9 @@ func TestSSH(t *testing.T) {
 	t.Logf("Probe with an unknown client key: %v", err)
 	if err == nil || !errors.Is(err, sink.ErrPermanent) {
 		t.Errorf("Probe = %v, want a permanent authentication error", err)
+	}
+	if c := sink.Classify(err); c.Outcome != sink.OutcomeAuth {
+		t.Errorf("unknown client key classified %+v, want Auth", c)
 	}
 	if n := commitCount(t, bare, "main"); n != 1 {
 		t.Errorf("commits = %d, want 1", n)

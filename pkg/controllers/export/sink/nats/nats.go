@@ -6,6 +6,10 @@
 // partial failure, and the expected-stream header, so a subject that the
 // configured stream does not capture fails instead of landing in another
 // stream or nowhere.
+//
+// Connections go through the server's netguard.Dialer, to the endpoint's
+// servers only: the servers a NATS server advertises (connect_urls) are
+// ignored, so a server cannot point the client at an internal address.
 package nats
 
 import (
@@ -13,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -27,6 +32,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/netguard"
 )
 
 const (
@@ -62,6 +68,9 @@ type Sink struct {
 	creds   nkeys.KeyPair
 
 	asyncErr atomic.Pointer[error]
+	// dialErr is the last failed dial: nats.go reports a refused
+	// connection only as "no servers available".
+	dialErr atomic.Pointer[error]
 
 	mu     sync.Mutex
 	nc     *natsgo.Conn
@@ -72,11 +81,11 @@ type Sink struct {
 var _ sink.EventSink = (*Sink)(nil)
 
 // New validates the spec and Secret and returns a sink that has not
-// connected yet. Errors from a spec or Secret that cannot work wrap
-// sink.ErrPermanent.
-func New(spec *v1alpha1.EventSinkSpec, secret sink.Secret) (*Sink, error) {
+// connected yet and connects only through dialer. Errors from a spec or
+// Secret that cannot work wrap sink.ErrPermanent.
+func New(spec *v1alpha1.EventSinkSpec, secret sink.Secret, dialer *netguard.Dialer) (*Sink, error) {
 	s := &Sink{secrets: secretValues(secret)}
-	err := s.init(spec, secret)
+	err := s.init(spec, secret, dialer)
 	// Longest first, so no shorter value (the JWT in the creds) splits a
 	// longer one.
 	slices.SortFunc(s.secrets, func(a, b string) int { return len(b) - len(a) })
@@ -86,7 +95,10 @@ func New(spec *v1alpha1.EventSinkSpec, secret sink.Secret) (*Sink, error) {
 	return s, nil
 }
 
-func (s *Sink) init(spec *v1alpha1.EventSinkSpec, secret sink.Secret) error {
+func (s *Sink) init(spec *v1alpha1.EventSinkSpec, secret sink.Secret, dialer *netguard.Dialer) error {
+	if dialer == nil {
+		return fmt.Errorf("nats: no dialer: %w", sink.ErrPermanent)
+	}
 	if spec.NATS == nil || spec.NATS.Stream == "" {
 		return fmt.Errorf("nats: spec.nats.stream is required: %w", sink.ErrPermanent)
 	}
@@ -129,6 +141,11 @@ func (s *Sink) init(spec *v1alpha1.EventSinkSpec, secret sink.Secret) error {
 
 	s.opts = []natsgo.Option{
 		natsgo.Name("kollect"),
+		// The dialer resolves and checks each server's name itself; nats.go
+		// would otherwise resolve it with the system's resolver first.
+		natsgo.SetCustomDialer(recordingDialer{dialer, &s.dialErr}),
+		natsgo.SkipHostLookup(),
+		natsgo.IgnoreDiscoveredServers(),
 		// The server reports some failures, such as a publish the user may
 		// not make, only asynchronously: keep the last one for the error of
 		// the ack that then times out, instead of the default print to stderr.
@@ -307,7 +324,8 @@ func (s *Sink) Probe(ctx context.Context) error {
 	}
 	if _, err := js.Stream(ctx, s.stream); err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return s.scrub(fmt.Errorf("nats: stream %q not found: %w", s.stream, sink.ErrPermanent))
+			return s.scrub(fmt.Errorf("nats: stream %q not found: %w: %w", s.stream,
+				&sink.Classified{Outcome: sink.OutcomeProtocol, Detail: fmt.Sprintf("stream %q not found", s.stream)}, sink.ErrPermanent))
 		}
 		return s.scrub(fmt.Errorf("nats: looking up stream %q: %w", s.stream, err))
 	}
@@ -349,11 +367,15 @@ func (s *Sink) jetStream(ctx context.Context) (jetstream.JetStream, error) {
 	if deadline, ok := ctx.Deadline(); ok {
 		timeout = min(timeout, time.Until(deadline))
 	}
+	s.dialErr.Store(nil)
 	nc, err := natsgo.Connect(s.servers, append(s.opts, natsgo.Timeout(timeout))...)
 	if err != nil {
 		if errors.Is(err, natsgo.ErrAuthorization) || errors.Is(err, natsgo.ErrAuthExpired) ||
 			errors.Is(err, natsgo.ErrAuthRevoked) || errors.Is(err, natsgo.ErrAccountAuthExpired) {
-			return nil, fmt.Errorf("connecting to %s: %w: %w", s.servers, err, sink.ErrPermanent)
+			return nil, fmt.Errorf("connecting to %s: %w: %w: %w", s.servers, err, &sink.Classified{Outcome: sink.OutcomeAuth}, sink.ErrPermanent)
+		}
+		if last := s.dialErr.Load(); last != nil && errors.Is(err, natsgo.ErrNoServers) {
+			return nil, fmt.Errorf("connecting to %s: %w: %w", s.servers, err, *last)
 		}
 		return nil, fmt.Errorf("connecting to %s: %w", s.servers, err)
 	}
@@ -436,5 +458,21 @@ func secretValues(secret sink.Secret) []string {
 	return out
 }
 
-// scrub replaces secret values in err's message (see sink.Redact).
-func (s *Sink) scrub(err error) error { return sink.Redact(err, s.secrets) }
+// scrub replaces secret values in err's message (see sink.Redact) and
+// keeps its class (sink.Classify) for the exporter.
+func (s *Sink) scrub(err error) error { return sink.WithOutcome(sink.Redact(err, s.secrets), err) }
+
+// recordingDialer is nats.go's CustomDialer: the guarded dialer, keeping
+// the last error.
+type recordingDialer struct {
+	dialer *netguard.Dialer
+	last   *atomic.Pointer[error]
+}
+
+func (d recordingDialer) Dial(network, address string) (net.Conn, error) {
+	conn, err := d.dialer.Dial(network, address)
+	if err != nil {
+		d.last.Store(&err)
+	}
+	return conn, err
+}

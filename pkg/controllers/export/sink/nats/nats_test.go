@@ -101,7 +101,7 @@ func newSink(t *testing.T, url, stream, subject string, secret sink.Secret) *Sin
 		Type:     v1alpha1.EventSinkNATS,
 		Endpoint: url,
 		NATS:     &v1alpha1.NATSSinkConfig{Stream: stream, Subject: subject},
-	}, secret)
+	}, secret, loopbackDialer)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -341,11 +341,17 @@ func TestProbe(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), missing) || !errors.Is(err, sink.ErrPermanent) {
 		t.Errorf("Probe of a missing stream: want a permanent error naming %s, got %v", missing, err)
 	}
+	if c := sink.Classify(err); c.Outcome != sink.OutcomeProtocol || !strings.Contains(c.Detail, missing) {
+		t.Errorf("Probe of a missing stream: classified %+v, want Protocol naming the stream", c)
+	}
 
 	// Nothing listens on a closed port.
 	err = newSink(t, "nats://"+freeAddr(t), "S", "", nil).Probe(ctxT(t))
 	if err == nil || errors.Is(err, sink.ErrPermanent) {
 		t.Errorf("Probe of a server that is down: want a transient error, got %v", err)
+	}
+	if c := sink.Classify(err); c.Outcome != sink.OutcomeRefused {
+		t.Errorf("Probe of a server that is down: classified %+v, want Refused", c)
 	}
 }
 
@@ -411,6 +417,9 @@ func TestTokenAuth(t *testing.T) {
 		if !errors.Is(err, sink.ErrPermanent) {
 			t.Errorf("%s error for a rejected token is not permanent: %v", op, err)
 		}
+		if c := sink.Classify(err); c.Outcome != sink.OutcomeAuth {
+			t.Errorf("%s error for a rejected token: classified %+v, want Auth", op, c)
+		}
 	}
 
 	// No credential at all.
@@ -456,7 +465,7 @@ func TestNewRejects(t *testing.T) {
 			_, err := New(&v1alpha1.EventSinkSpec{
 				Type: v1alpha1.EventSinkNATS, Endpoint: tc.endpoint,
 				NATS: &v1alpha1.NATSSinkConfig{Stream: tc.stream, Subject: tc.subject},
-			}, tc.secret)
+			}, tc.secret, loopbackDialer)
 			if !errors.Is(err, sink.ErrPermanent) {
 				t.Fatalf("want a permanent error, got %v", err)
 			}

@@ -23,6 +23,12 @@
 //
 // Both tables are created on first use when missing. Errors never contain
 // the Secret's password or DSN.
+//
+// Connections go through the server's netguard.Dialer: every host of the
+// connection string (fallback hosts included) is resolved and checked by it
+// and only checked IPs are dialed; Unix socket hosts are refused, and so are
+// connection string parameters that make pgx read local files (passfile,
+// servicefile, sslkey, ...): the connection string is a tenant's.
 package postgres
 
 import (
@@ -33,6 +39,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/url"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -45,6 +52,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/netguard"
 )
 
 const (
@@ -112,10 +120,13 @@ var _ sink.DatabaseSink = (*Sink)(nil)
 // spec.endpoint with the Secret's "username" and "password". When spec.tls
 // is set it overrides the DSN's TLS settings: every connection attempt
 // uses TLS, verified as spec.tls says.
-func New(ctx context.Context, spec *v1alpha1.DatabaseSinkSpec, secret sink.Secret) (*Sink, error) {
+func New(ctx context.Context, spec *v1alpha1.DatabaseSinkSpec, secret sink.Secret, dialer *netguard.Dialer) (*Sink, error) {
 	s := &Sink{}
 	s.addSecrets(secret.Get("dsn"), secret.Get("password"))
 	cfg, err := s.poolConfig(spec, secret)
+	if err == nil {
+		err = guard(&cfg.ConnConfig.Config, dialer)
+	}
 	if err == nil {
 		err = s.setNames(spec.Postgres)
 	}
@@ -140,6 +151,9 @@ func (s *Sink) poolConfig(spec *v1alpha1.DatabaseSinkSpec, secret sink.Secret) (
 	}
 	var cfg *pgxpool.Config
 	if dsn := secret.Get("dsn"); dsn != "" {
+		if err := checkKeys(dsn, "secret key dsn"); err != nil {
+			return nil, err
+		}
 		c, err := pgxpool.ParseConfig(dsn)
 		if err != nil {
 			// pgx masks the password in parse errors only on a best-effort
@@ -160,6 +174,9 @@ func (s *Sink) poolConfig(spec *v1alpha1.DatabaseSinkSpec, secret sink.Secret) (
 		}
 		if _, ok := u.User.Password(); ok || u.Query().Has("password") {
 			return nil, errors.New("endpoint must not contain a password: put it in the Secret")
+		}
+		if err := checkKeys(spec.Endpoint, "endpoint"); err != nil {
+			return nil, err
 		}
 		c, err := pgxpool.ParseConfig(spec.Endpoint)
 		if err != nil {
@@ -188,6 +205,64 @@ func (s *Sink) poolConfig(spec *v1alpha1.DatabaseSinkSpec, secret sink.Secret) (
 	cfg.MaxConns = maxConns
 	cfg.MinConns = 0
 	return cfg, nil
+}
+
+// allowedKeys are the connection string parameters a sink may set: where
+// and how to connect and authenticate, and session settings. Left out are
+// those that make pgx read the server's files (passfile, servicefile and
+// service, sslcert, sslkey, sslrootcert, sslpassword) and hostaddr, which
+// pgx would send to the server as a setting; spec.tls carries a CA bundle.
+var allowedKeys = []string{
+	"host", "port", "dbname", "user", "password",
+	"sslmode", "sslnegotiation", "sslsni", "channel_binding", "require_auth",
+	"min_protocol_version", "max_protocol_version",
+	"connect_timeout", "target_session_attrs", "application_name", "search_path", "options",
+	"statement_cache_capacity", "description_cache_capacity", "default_query_exec_mode",
+	"pool_max_conns", "pool_min_conns", "pool_min_idle_conns", "pool_max_conn_lifetime",
+	"pool_max_conn_lifetime_jitter", "pool_max_conn_idle_time", "pool_health_check_period",
+}
+
+// sqlState is the form of an SQLSTATE code; anything else a server sends
+// as one is not repeated.
+var sqlState = regexp.MustCompile(`^[0-9A-Z]{5}$`)
+
+var disallowedKey = regexp.MustCompile(`key "([a-z_]{1,40})" is not in ConnStringAllowedKeys`)
+
+// checkKeys refuses a connection string with a parameter outside
+// allowedKeys, before pgx reads any file it names.
+func checkKeys(connString, what string) error {
+	_, err := pgconn.ParseConfigWithOptions(connString, pgconn.ParseConfigOptions{ConnStringAllowedKeys: allowedKeys})
+	if err == nil {
+		return nil
+	}
+	// The parse error quotes the connection string: name the key only.
+	if m := disallowedKey.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Errorf("%s sets %s, which a sink may not: the allowed parameters are %s", what, m[1], strings.Join(allowedKeys, ", "))
+	}
+	return fmt.Errorf("%s is not a valid connection string", what)
+}
+
+// guard makes every connection of cfg go through dialer: host names are
+// resolved and checked by it (LookupFunc returns checked IPs) and dials
+// take only those IPs, for the primary host and every fallback. A Unix
+// socket host is refused here, with a clear error, rather than at the
+// first connection.
+func guard(cfg *pgconn.Config, dialer *netguard.Dialer) error {
+	if dialer == nil {
+		return errors.New("no dialer")
+	}
+	hosts := []string{cfg.Host}
+	for _, fb := range cfg.Fallbacks {
+		hosts = append(hosts, fb.Host)
+	}
+	for _, h := range hosts {
+		if network, _ := pgconn.NetworkAddress(h, 5432); network == "unix" {
+			return &netguard.Error{Host: h, Class: netguard.LocalSocket}
+		}
+	}
+	cfg.LookupFunc = dialer.LookupHost
+	cfg.DialFunc = dialer.DialContext
+	return nil
 }
 
 // requireTLS makes every connection attempt use tlsCfg. The DSN's sslmode
@@ -553,7 +628,7 @@ func (s *Sink) wrap(op string, err error) error {
 	for _, secret := range s.secrets {
 		msg = strings.ReplaceAll(msg, secret, "***")
 	}
-	e := &scrubbedError{msg: msg}
+	e := &scrubbedError{msg: msg, causes: []error{classify(err)}}
 	if errors.Is(err, sink.ErrPermanent) || isAuthFailure(err) {
 		e.causes = append(e.causes, sink.ErrPermanent)
 	}
@@ -572,6 +647,22 @@ type scrubbedError struct {
 
 func (e *scrubbedError) Error() string   { return e.msg }
 func (e *scrubbedError) Unwrap() []error { return e.causes }
+
+// classify is the class of a failure: a rejected credential, another
+// answer of the server (by its SQLSTATE code, never its text), else what
+// the network said.
+func classify(err error) *sink.Classified {
+	c := sink.Classify(err)
+	var pgErr *pgconn.PgError
+	switch {
+	case c.Outcome == sink.OutcomeAddressForbidden:
+	case isAuthFailure(err):
+		c = &sink.Classified{Outcome: sink.OutcomeAuth}
+	case errors.As(err, &pgErr) && sqlState.MatchString(pgErr.Code):
+		c = &sink.Classified{Outcome: sink.OutcomeProtocol, Detail: "the server answered SQLSTATE " + pgErr.Code}
+	}
+	return c
+}
 
 // isAuthFailure reports a rejected credential: invalid_password or
 // invalid_authorization_specification. Retrying cannot fix either.

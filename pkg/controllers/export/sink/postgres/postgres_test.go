@@ -93,7 +93,7 @@ func newSink(t *testing.T, schema, table string) *Sink {
 		Type:     v1alpha1.DatabaseSinkPostgres,
 		Postgres: &v1alpha1.PostgresSinkConfig{Schema: schema, Table: table},
 	}
-	s, err := New(testContext(t), spec, sink.Secret{"dsn": []byte(testDSN())})
+	s, err := New(testContext(t), spec, sink.Secret{"dsn": []byte(testDSN())}, loopbackDialer)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -631,7 +631,7 @@ func TestErrorsHideCredentials(t *testing.T) {
 			ctx := testContext(t)
 			spec := &v1alpha1.DatabaseSinkSpec{Type: v1alpha1.DatabaseSinkPostgres, Endpoint: tc.endpoint}
 			var errs []error
-			s, err := New(ctx, spec, tc.secret)
+			s, err := New(ctx, spec, tc.secret, loopbackDialer)
 			if err != nil {
 				errs = append(errs, err)
 			} else {
@@ -693,7 +693,7 @@ func TestInvalidConfigurationIsPermanent(t *testing.T) {
 			Postgres: &v1alpha1.PostgresSinkConfig{Schema: strings.Repeat("s", 64)}}, dsn},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := New(ctx, tc.spec, tc.secret)
+			s, err := New(ctx, tc.spec, tc.secret, loopbackDialer)
 			if err == nil {
 				_ = s.Close()
 				t.Fatal("New succeeded")
@@ -711,6 +711,11 @@ func TestInvalidConfigurationIsPermanent(t *testing.T) {
 		err := s.wrap("op", fmt.Errorf("connect: %w", &pgconn.PgError{Code: code}))
 		if got := errors.Is(err, sink.ErrPermanent); got != want {
 			t.Errorf("SQLSTATE %s: permanent = %v, want %v", code, got, want)
+		}
+		// Probes show the class and the code, never the server's text.
+		wantClass := map[bool]string{true: "Auth", false: "Protocol: the server answered SQLSTATE " + code}[want]
+		if c := sink.Classify(err); c.Error() != wantClass {
+			t.Errorf("SQLSTATE %s: classified %q, want %q", code, c, wantClass)
 		}
 	}
 	// Context errors survive the wrapping.
@@ -743,7 +748,7 @@ func TestTLSFromSpec(t *testing.T) {
 		Endpoint: endpoint,
 		TLS:      &v1alpha1.TLSConfig{InsecureSkipVerify: true},
 	}
-	s, err := New(ctx, spec, sink.Secret{"username": []byte(cfg.User), "password": []byte(cfg.Password)})
+	s, err := New(ctx, spec, sink.Secret{"username": []byte(cfg.User), "password": []byte(cfg.Password)}, loopbackDialer)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

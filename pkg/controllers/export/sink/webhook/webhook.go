@@ -5,7 +5,9 @@
 // A delivery is signed with HMAC-SHA256 of the body when the Secret has an
 // hmacKey, and carries a bearer token when it has a token. Redirects are
 // not followed: a signed body and a bearer token must not be replayed to
-// wherever a 3xx points.
+// wherever a 3xx points, and a redirect must not lead past the address
+// policy. Every connection goes through the server's netguard.Dialer, never
+// through a proxy from the environment.
 package webhook
 
 import (
@@ -32,6 +34,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/netguard"
 )
 
 const (
@@ -74,9 +77,10 @@ type Sink struct {
 
 var _ sink.EventSink = (*Sink)(nil)
 
-// New validates the spec and Secret and returns the sink. Errors from a
-// spec or Secret that cannot work wrap sink.ErrPermanent.
-func New(spec *v1alpha1.EventSinkSpec, secret sink.Secret) (*Sink, error) {
+// New validates the spec and Secret and returns the sink, which connects
+// only through dialer. Errors from a spec or Secret that cannot work wrap
+// sink.ErrPermanent.
+func New(spec *v1alpha1.EventSinkSpec, secret sink.Secret, dialer *netguard.Dialer) (*Sink, error) {
 	s := &Sink{
 		timeout:       DefaultTimeout,
 		maxAttempts:   DefaultMaxAttempts,
@@ -86,13 +90,16 @@ func New(spec *v1alpha1.EventSinkSpec, secret sink.Secret) (*Sink, error) {
 		retryAfterMax: 30 * time.Second,
 		secrets:       secretValues(secret),
 	}
-	if err := s.init(spec, secret); err != nil {
+	if err := s.init(spec, secret, dialer); err != nil {
 		return nil, s.scrub(err)
 	}
 	return s, nil
 }
 
-func (s *Sink) init(spec *v1alpha1.EventSinkSpec, secret sink.Secret) error {
+func (s *Sink) init(spec *v1alpha1.EventSinkSpec, secret sink.Secret, dialer *netguard.Dialer) error {
+	if dialer == nil {
+		return fmt.Errorf("webhook: no dialer: %w", sink.ErrPermanent)
+	}
 	u, err := url.Parse(spec.Endpoint)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		// Not quoting it: a malformed URL may still hold a credential.
@@ -136,7 +143,7 @@ func (s *Sink) init(spec *v1alpha1.EventSinkSpec, secret sink.Secret) error {
 	if err != nil {
 		return fmt.Errorf("webhook: %w", err)
 	}
-	s.transport = http.DefaultTransport.(*http.Transport).Clone()
+	s.transport = dialer.Transport()
 	s.transport.TLSClientConfig = tlsConfig
 	s.client = &http.Client{
 		Transport: s.transport,
@@ -218,7 +225,9 @@ func (s *Sink) attempt(ctx context.Context, body []byte, sig string) (time.Durat
 	s.authorize(req)
 	resp, err := s.client.Do(req)
 	if err != nil {
-		if badCertificate(err) {
+		var refusal *netguard.Error
+		if badCertificate(err) || errors.As(err, &refusal) {
+			// Another attempt would be refused the same way.
 			return 0, fmt.Errorf("%w: %w", err, sink.ErrPermanent)
 		}
 		return 0, err
@@ -267,10 +276,12 @@ func (s *Sink) Probe(ctx context.Context) error {
 	defer drain(resp.Body)
 	switch code := resp.StatusCode; {
 	case code == http.StatusUnauthorized || code == http.StatusForbidden:
-		return s.scrub(fmt.Errorf("webhook: probe: the endpoint rejects the credentials: %w: %w", s.statusError(resp), sink.ErrPermanent))
+		return s.scrub(fmt.Errorf("webhook: probe: the endpoint rejects the credentials: %w: %w",
+			s.classifiedStatus(resp, &sink.Classified{Outcome: sink.OutcomeAuth, HTTPStatus: code}), sink.ErrPermanent))
 	case code >= 300 && code < 400:
 		return s.scrub(fmt.Errorf("webhook: probe: %w (redirect to %q; deliveries do not follow redirects): %w",
-			s.statusError(resp), resp.Header.Get("Location"), sink.ErrPermanent))
+			s.classifiedStatus(resp, &sink.Classified{Outcome: sink.OutcomeHTTPStatus, HTTPStatus: code, Detail: "redirects are not followed"}),
+			resp.Header.Get("Location"), sink.ErrPermanent))
 	case code >= 500:
 		return s.scrub(fmt.Errorf("webhook: probe: %w", s.statusError(resp)))
 	}
@@ -316,8 +327,28 @@ func (s *Sink) retryAfter(v string) time.Duration {
 }
 
 // statusError describes an answer that is not a 2xx, with the start of the
-// receiver's explanation.
+// receiver's explanation, classified by its status code.
 func (s *Sink) statusError(resp *http.Response) error {
+	return s.classifiedStatus(resp, &sink.Classified{Outcome: sink.OutcomeHTTPStatus, HTTPStatus: resp.StatusCode})
+}
+
+// classifiedStatus is statusError with the given class.
+func (s *Sink) classifiedStatus(resp *http.Response, class *sink.Classified) error {
+	return &statusErr{msg: s.describeStatus(resp), class: class}
+}
+
+// statusErr is an answer that is not a 2xx: its text for the exporter's
+// status (the sink's own receiver wrote it) and its class for probes,
+// which show no text the endpoint sent.
+type statusErr struct {
+	msg   string
+	class *sink.Classified
+}
+
+func (e *statusErr) Error() string { return e.msg }
+func (e *statusErr) Unwrap() error { return e.class }
+
+func (s *Sink) describeStatus(resp *http.Response) string {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4*maxBodyInError))
 	text := strings.Map(func(r rune) rune {
 		if !unicode.IsPrint(r) {
@@ -333,9 +364,9 @@ func (s *Sink) statusError(resp *http.Response) error {
 		text = text[:cut] + "…"
 	}
 	if text == "" {
-		return fmt.Errorf("endpoint answered %s", resp.Status)
+		return "endpoint answered " + resp.Status
 	}
-	return fmt.Errorf("endpoint answered %s: %q", resp.Status, text)
+	return fmt.Sprintf("endpoint answered %s: %q", resp.Status, text)
 }
 
 // badCertificate tells a server certificate that does not verify, which
@@ -382,5 +413,6 @@ func secretValues(secret sink.Secret) []string {
 	return out
 }
 
-// scrub replaces secret values in err's message (see sink.Redact).
-func (s *Sink) scrub(err error) error { return sink.Redact(err, s.secrets) }
+// scrub replaces secret values in err's message (see sink.Redact) and
+// keeps its class (sink.Classify) for the exporter.
+func (s *Sink) scrub(err error) error { return sink.WithOutcome(sink.Redact(err, s.secrets), err) }

@@ -23,6 +23,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/netguard"
 )
 
 const (
@@ -86,9 +87,13 @@ func (rc *receiver) spec(cfg *v1alpha1.WebhookSinkConfig) *v1alpha1.EventSinkSpe
 	}
 }
 
+// loopbackDialer allows the test servers' loopback addresses, as
+// --allow-private-sink-endpoints does.
+var loopbackDialer, _ = netguard.New(netguard.Config{Policy: netguard.Policy{AllowPrivate: true}})
+
 func newSink(t *testing.T, spec *v1alpha1.EventSinkSpec, secret sink.Secret) *Sink {
 	t.Helper()
-	s, err := New(spec, secret)
+	s, err := New(spec, secret, loopbackDialer)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -417,6 +422,12 @@ func TestPlainHTTP(t *testing.T) {
 }
 
 func TestProbe(t *testing.T) {
+	outcomes := map[int]sink.Outcome{
+		http.StatusUnauthorized: sink.OutcomeAuth,
+		http.StatusForbidden:    sink.OutcomeAuth,
+		http.StatusFound:        sink.OutcomeHTTPStatus,
+		http.StatusBadGateway:   sink.OutcomeHTTPStatus,
+	}
 	for code, wantErr := range map[int]string{
 		http.StatusOK:               "",
 		http.StatusNoContent:        "",
@@ -444,6 +455,9 @@ func TestProbe(t *testing.T) {
 				wantErr == "transient" && errors.Is(err, sink.ErrPermanent):
 				t.Errorf("Probe: want a %s error, got %v", wantErr, err)
 			}
+			if c := sink.Classify(err); err != nil && (c.Outcome != outcomes[code] || c.HTTPStatus != code) {
+				t.Errorf("Probe: classified %+v, want %s with the code %d", c, outcomes[code], code)
+			}
 			reqs := rc.requests()
 			if len(reqs) != 1 {
 				t.Fatalf("%d requests, want 1", len(reqs))
@@ -460,8 +474,42 @@ func TestProbe(t *testing.T) {
 	rc := newReceiver(t, nil)
 	s := newSink(t, rc.spec(fast()), secret)
 	rc.srv.Close()
-	if err := s.Probe(ctxT(t)); err == nil || errors.Is(err, sink.ErrPermanent) {
+	err := s.Probe(ctxT(t))
+	if err == nil || errors.Is(err, sink.ErrPermanent) {
 		t.Errorf("Probe of a closed server: want a transient error, got %v", err)
+	}
+	if c := sink.Classify(err); c == nil || c.Outcome != sink.OutcomeRefused {
+		t.Errorf("Probe of a closed server: classified %+v, want Refused", c)
+	}
+}
+
+// Without --allow-private-sink-endpoints the receiver on loopback never
+// sees a request, from a probe or a delivery, and the error says why.
+func TestLoopbackRefused(t *testing.T) {
+	strict, err := netguard.New(netguard.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := newReceiver(t, nil)
+	s, err := New(rc.spec(fast()), secret, strict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	for what, err := range map[string]error{"Probe": s.Probe(ctxT(t)), "Publish": s.Publish(ctxT(t), inv, changes(1))} {
+		c := sink.Classify(err)
+		if c == nil || c.Outcome != sink.OutcomeAddressForbidden || c.Refusal.Class != netguard.Loopback {
+			t.Errorf("%s: %v classified %+v, want AddressForbidden (loopback)", what, err, c)
+		}
+		if !strings.Contains(fmt.Sprint(err), "--allow-private-sink-endpoints") {
+			t.Errorf("%s: %v does not name the flag", what, err)
+		}
+	}
+	if reqs := rc.requests(); len(reqs) != 0 {
+		t.Errorf("the receiver got %d requests", len(reqs))
+	}
+	if _, err := New(rc.spec(fast()), secret, nil); !errors.Is(err, sink.ErrPermanent) {
+		t.Errorf("New without a dialer: %v, want a permanent error", err)
 	}
 }
 
@@ -519,7 +567,7 @@ func TestNewRejects(t *testing.T) {
 		"token with newline": {endpoint: "https://example.com", secret: sink.Secret{"token": []byte(token + "\nX-Evil: 1")}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := New(&v1alpha1.EventSinkSpec{Type: v1alpha1.EventSinkWebhook, Endpoint: tc.endpoint, TLS: tc.tls, Webhook: tc.cfg}, tc.secret)
+			_, err := New(&v1alpha1.EventSinkSpec{Type: v1alpha1.EventSinkWebhook, Endpoint: tc.endpoint, TLS: tc.tls, Webhook: tc.cfg}, tc.secret, loopbackDialer)
 			if !errors.Is(err, sink.ErrPermanent) {
 				t.Fatalf("want a permanent error, got %v", err)
 			}

@@ -43,6 +43,9 @@ type ScopeSpecApplyConfiguration struct {
 	// maxTargets is the most Targets the namespace may hold; creating one
 	// more is refused. Unset: the server's --default-max-targets.
 	MaxTargets *int32 `json:"maxTargets,omitempty"`
+	// maxProfiles is the most Profiles the namespace may hold. Unset: the
+	// server's --default-max-profiles.
+	MaxProfiles *int32 `json:"maxProfiles,omitempty"`
 	// maxInventories is the most Inventories the namespace may hold.
 	// Unset: the server's --default-max-inventories.
 	MaxInventories *int32 `json:"maxInventories,omitempty"`
@@ -123,6 +126,14 @@ func (b *ScopeSpecApplyConfiguration) WithEventSinkRefs(values ...string) *Scope
 // If called multiple times, the MaxTargets field is set to the value of the last call.
 func (b *ScopeSpecApplyConfiguration) WithMaxTargets(value int32) *ScopeSpecApplyConfiguration {
 	b.MaxTargets = &value
+	return b
+}
+
+// WithMaxProfiles sets the MaxProfiles field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MaxProfiles field is set to the value of the last call.
+func (b *ScopeSpecApplyConfiguration) WithMaxProfiles(value int32) *ScopeSpecApplyConfiguration {
+	b.MaxProfiles = &value
 	return b
 }
 

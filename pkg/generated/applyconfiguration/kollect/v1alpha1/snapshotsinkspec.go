@@ -30,8 +30,10 @@ import (
 type SnapshotSinkSpecApplyConfiguration struct {
 	// type is file or git. Immutable.
 	Type *kollectv1alpha1.SnapshotSinkType `json:"type,omitempty"`
-	// endpoint is file:///absolute/dir for file, and the repository URL
-	// (https://, ssh:// or file://) for git.
+	// endpoint is file:///dir for file, a directory under the server's
+	// --file-sink-root/<namespace> (file sinks are refused without that
+	// flag), and the repository URL for git: https:// or ssh://, or file://
+	// with --allow-local-git-sinks.
 	Endpoint *string `json:"endpoint,omitempty"`
 	// secretRef names a Secret in this namespace with credentials: for git,
 	// key "token" (HTTPS, with optional "username") or "ssh-privatekey"
