@@ -122,7 +122,8 @@ func celFields(expr string) ([]fieldPath, bool) {
 	}
 	root := celast.NavigateAST(parsed.NativeRep())
 	refs := celast.MatchDescendants(root, func(e celast.NavigableExpr) bool {
-		return e.Kind() == celast.IdentKind && e.AsIdent() == expression.ObjectVariable
+		// ".object" is the same variable, named from the root scope.
+		return e.Kind() == celast.IdentKind && strings.TrimPrefix(e.AsIdent(), ".") == expression.ObjectVariable
 	})
 	var out []fieldPath
 	for _, ref := range refs {

@@ -55,6 +55,8 @@ var fieldPaths = []string{
 	"cel:object.metadata.name + '/' + object.kind",
 	"cel:object.metadata.namespace + '/' + object.metadata.name + '/' + string(object.?data.value.orValue(''))",
 	"cel:[object.spec.replicas, object.status.replicas]",
+	"cel:[object.spec.replicas, .object.status.replicas]",
+	"cel:.object.metadata.name",
 	"cel:has(object.spec.replicas)",
 	"cel:has(object.spec.replicas) ? object.spec.replicas * 2 : 0",
 	"cel:object.?spec.?replicas.orValue(0)",
