@@ -9,6 +9,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 )
@@ -89,9 +90,14 @@ func TestIntervals(t *testing.T) {
 
 	// A generation bump exports to every sink, even with 1h and 0s.
 	bumpedAt := time.Now().Add(-time.Second)
-	inv := getInventory(ctx, t, ns, "inv")
-	inv.Spec.ExportMinInterval = &metav1.Duration{Duration: 10 * time.Minute}
-	_, err = kollect.KollectV1alpha1().Inventories(ns).Update(ctx, inv, metav1.UpdateOptions{})
+	// The exporters write status every 2s: retry the read-modify-write
+	// on a conflict, as any client must.
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		inv := getInventory(ctx, t, ns, "inv")
+		inv.Spec.ExportMinInterval = &metav1.Duration{Duration: 10 * time.Minute}
+		_, err := kollect.KollectV1alpha1().Inventories(ns).Update(ctx, inv, metav1.UpdateOptions{})
+		return err
+	})
 	must(t, err, "bump generation")
 	eventually(ctx, t, "export after the generation bump", func(ctx context.Context) (bool, string) {
 		now := getInventory(ctx, t, ns, "inv")
