@@ -66,12 +66,11 @@ func (s *sinkClient) scrub(msg string) string {
 	if s == nil {
 		return msg
 	}
+	values := make([]string, 0, len(s.secret))
 	for _, v := range s.secret {
-		if len(v) >= 4 {
-			msg = strings.ReplaceAll(msg, string(v), "***")
-		}
+		values = append(values, string(v))
 	}
-	return msg
+	return sink.RedactString(msg, values)
 }
 
 func (e *exporter) scrub(msg string) string { return e.client.scrub(msg) }

@@ -788,16 +788,13 @@ var permanentErrors = []error{
 	transport.ErrRepositoryNotFound,
 }
 
-// scrub replaces every credential value in err's message with "***" and
+// scrub replaces every credential value in err's message (sink.RedactString) and
 // keeps whether err is permanent or a context error.
 func (s *Sink) scrub(err error) error {
 	if err == nil {
 		return nil
 	}
-	msg := err.Error()
-	for _, v := range s.secrets {
-		msg = strings.ReplaceAll(msg, v, "***")
-	}
+	msg := sink.RedactString(err.Error(), s.secrets)
 	var kinds []error
 	permanent := errors.Is(err, sink.ErrPermanent) ||
 		// x/crypto/ssh/knownhosts errors: the host key is unknown or changed.

@@ -624,10 +624,7 @@ func (s *Sink) addSecrets(values ...string) {
 // configuration, and a caller printing an unwrapped error must not see
 // it. It keeps sink.ErrPermanent and context errors for errors.Is.
 func (s *Sink) wrap(op string, err error) error {
-	msg := op + ": " + err.Error()
-	for _, secret := range s.secrets {
-		msg = strings.ReplaceAll(msg, secret, "***")
-	}
+	msg := sink.RedactString(op+": "+err.Error(), s.secrets)
 	e := &scrubbedError{msg: msg, causes: []error{classify(err)}}
 	if errors.Is(err, sink.ErrPermanent) || isAuthFailure(err) {
 		e.causes = append(e.causes, sink.ErrPermanent)

@@ -350,12 +350,14 @@ func (e *statusErr) Unwrap() error { return e.class }
 
 func (s *Sink) describeStatus(resp *http.Response) string {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4*maxBodyInError))
+	// Redact first: a receiver may echo the token, and once the text is
+	// cut, mapped or quoted a piece of it would no longer match.
 	text := strings.Map(func(r rune) rune {
 		if !unicode.IsPrint(r) {
 			return ' '
 		}
 		return r
-	}, strings.TrimSpace(string(b)))
+	}, strings.TrimSpace(sink.RedactString(string(b), s.secrets)))
 	if len(text) > maxBodyInError {
 		cut := maxBodyInError
 		for cut > 0 && !utf8.RuneStart(text[cut]) {
