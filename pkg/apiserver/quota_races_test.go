@@ -1,9 +1,10 @@
 package apiserver_test
 
-// Quotas under races (issue 12, from the adversarial review): attacks on the create serialization with
-// server-side apply, mixed creates and applies, create/delete races, and
-// the ClusterScope's cluster-wide maxSinks over the three sink kinds in two
-// namespaces. Each asserts the stored count never exceeds the quota.
+// Quotas under races (issue 12, from the adversarial review): attacks on
+// the create serialization with server-side apply, mixed creates and
+// applies, create/delete races, and the ClusterScope's cluster-wide
+// maxSinks over the three sink kinds in two namespaces. Each asserts the
+// stored count never exceeds the quota.
 
 import (
 	"encoding/json"
