@@ -27,8 +27,11 @@ cleanup() {
 trap cleanup EXIT
 
 log() { echo "fresh-check: $*"; }
+# Every step checks the commit HEAD was at the start, even if HEAD moves
+# while the steps run, and the results name that commit.
+COMMIT=$(git -C "${ROOT}" rev-parse HEAD)
 if [[ -n "$(git -C "${ROOT}" status --porcelain --untracked-files=no)" ]]; then
-	log "note: uncommitted changes are not checked; this checks HEAD $(git -C "${ROOT}" rev-parse --short HEAD)"
+	log "note: uncommitted changes are not checked; this checks HEAD ${COMMIT:0:7}"
 fi
 
 # fresh NAME: a new clone and empty caches for one step; prints the clone's path.
@@ -36,6 +39,7 @@ fresh() {
 	local dir="${SCRATCH}/$1"
 	mkdir -p "${dir}/gomodcache" "${dir}/gocache"
 	git clone --quiet --no-hardlinks "${ROOT}" "${dir}/src"
+	git -C "${dir}/src" checkout --quiet --detach "${COMMIT}"
 	echo "${dir}"
 }
 
@@ -122,7 +126,7 @@ for step in "${steps[@]}"; do
 done
 
 echo
-log "results on $(nproc) cores, $(go env GOVERSION), HEAD $(git -C "${ROOT}" rev-parse --short HEAD), empty GOMODCACHE and GOCACHE:"
+log "results on $(nproc) cores, $(go env GOVERSION), commit ${COMMIT:0:7}, empty GOMODCACHE and GOCACHE:"
 for step in "${steps[@]}"; do
 	printf 'fresh-check:   cold make %-5s %s\n' "${step}" "$(fmt_time "${took[${step}]:-0}")"
 done
