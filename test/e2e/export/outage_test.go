@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 )
@@ -198,20 +199,26 @@ func TestCrashDuringFirstExport(t *testing.T) {
 		}
 		return c
 	}
+	// The first export commits 1,000 rows per transaction: poll tightly, so
+	// that the kill lands a few milliseconds after the first commit, long
+	// before the tenth (eventually's 200ms could see all ten).
 	var atKill int
-	eventually(ctx, t, "a partial first export", func(ctx context.Context) (bool, string) {
+	err = wait.PollUntilContextCancel(ctx, 2*time.Millisecond, true, func(context.Context) (bool, error) {
 		atKill = count()
-		return atKill > 0, fmt.Sprintf("%d rows", atKill)
+		return atKill > 0, nil
 	})
+	must(t, err, "a partial first export")
 	p := cluster.Kollect()
 	must(t, p.Kill(), "kill -9 kollect-apiserver")
 	atKill = count()
 	t.Logf("killed with %d of %d rows exported", atKill, n)
+	// Restart before any verdict, so that a failure here leaves the
+	// package's later tests a serving replica.
+	must(t, p.Start(ctx), "restart kollect-apiserver")
+	must(t, cluster.RegisterKollect(ctx, p), "register kollect-apiserver")
 	if atKill >= n {
 		t.Fatalf("the first export finished (%d rows) before the kill; the test did not interrupt it", atKill)
 	}
-	must(t, p.Start(ctx), "restart kollect-apiserver")
-	must(t, cluster.RegisterKollect(ctx, p), "register kollect-apiserver")
 
 	items, err := api.InventoryItems(ns).List(ctx, metav1.ListOptions{})
 	must(t, err, "list items")
