@@ -13,6 +13,7 @@ import (
 
 	"kollect.dev/kollect/pkg/netguard"
 	"kollect.dev/kollect/pkg/netguard/dnstest"
+	"kollect.dev/kollect/pkg/netguard/netguardtest"
 )
 
 func TestClassify(t *testing.T) {
@@ -163,28 +164,6 @@ func TestErrorMessages(t *testing.T) {
 	}
 }
 
-// listener accepts TCP connections on addr and counts them.
-func listener(t *testing.T, addr string) (string, *atomic.Int64) {
-	t.Helper()
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	var n atomic.Int64
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			n.Add(1)
-			_ = c.Close()
-		}
-	}()
-	return l.Addr().String(), &n
-}
-
 func newDialer(t *testing.T, cfg netguard.Config) *netguard.Dialer {
 	t.Helper()
 	d, err := netguard.New(cfg)
@@ -210,9 +189,9 @@ func TestDialer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = dns.Close() }()
-	loop, loopAccepted := listener(t, "127.0.0.1:0")
+	loop, loopAccepted := netguardtest.Listen(t, "tcp", "127.0.0.1:0")
 	_, port, _ := net.SplitHostPort(loop)
-	allowed, allowedAccepted := listener(t, "127.0.0.2:"+port)
+	allowed, allowedAccepted := netguardtest.Listen(t, "tcp", "127.0.0.2:"+port)
 	d := newDialer(t, netguard.Config{Policy: netguard.Policy{AllowedCIDRs: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}}, DNSServer: dns.Addr()})
 
 	dns.Set("public.test", "127.0.0.2")
@@ -304,7 +283,7 @@ func TestAllowPrivate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = dns.Close() }()
-	loop, accepted := listener(t, "127.0.0.1:0")
+	loop, accepted := netguardtest.Listen(t, "tcp", "127.0.0.1:0")
 	_, port, _ := net.SplitHostPort(loop)
 	d := newDialer(t, netguard.Config{Policy: netguard.Policy{AllowPrivate: true}, DNSServer: dns.Addr()})
 	dns.Set("private.test", "127.0.0.1")

@@ -10,30 +10,8 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
 	"kollect.dev/kollect/pkg/netguard"
+	"kollect.dev/kollect/pkg/netguard/netguardtest"
 )
-
-// countingListener accepts TCP connections on addr and counts them; it
-// never answers.
-func countingListener(t *testing.T, addr string) (string, *atomic.Int64) {
-	t.Helper()
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	var n atomic.Int64
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			n.Add(1)
-			_ = c.Close()
-		}
-	}()
-	return l.Addr().String(), &n
-}
 
 func strictDialer(t *testing.T, allowed ...string) *netguard.Dialer {
 	t.Helper()
@@ -60,7 +38,7 @@ func wantRefused(t *testing.T, what string, err error, class netguard.Class) {
 // reaches a loopback listener, by probe or by write.
 func TestLoopbackRefused(t *testing.T) {
 	ctx := testContext(t)
-	addr, accepted := countingListener(t, "127.0.0.1:0")
+	addr, accepted := netguardtest.Listen(t, "tcp", "127.0.0.1:0")
 	key, hostKey := newClientKey(t)
 	strict := strictDialer(t)
 	for _, spec := range []*v1alpha1.SnapshotSinkSpec{
@@ -95,7 +73,7 @@ func TestLoopbackRefused(t *testing.T) {
 // dialer: one to a forbidden address is refused before it is made.
 func TestRedirectIsChecked(t *testing.T) {
 	ctx := testContext(t)
-	target, accepted := countingListener(t, "127.0.0.1:0")
+	target, accepted := netguardtest.Listen(t, "tcp", "127.0.0.1:0")
 	l, err := net.Listen("tcp", "127.0.0.2:0")
 	if err != nil {
 		t.Fatal(err)

@@ -13,34 +13,12 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
 	"kollect.dev/kollect/pkg/netguard"
+	"kollect.dev/kollect/pkg/netguard/netguardtest"
 )
 
 // loopbackDialer allows the test servers' loopback addresses, as
 // --allow-private-sink-endpoints does.
 var loopbackDialer, _ = netguard.New(netguard.Config{Policy: netguard.Policy{AllowPrivate: true}})
-
-// countingListener accepts TCP connections and counts them; it never
-// answers.
-func countingListener(t *testing.T) (string, *atomic.Int64) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	var n atomic.Int64
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			n.Add(1)
-			_ = c.Close()
-		}
-	}()
-	return l.Addr().String(), &n
-}
 
 // advertisingServer speaks just enough NATS to accept a client, tells it
 // about another server (connect_urls), and drops every connection after a
@@ -89,7 +67,7 @@ func advertisingServer(t *testing.T, advertised string) (string, *atomic.Int64) 
 // The servers a server advertises are never dialed, even where the
 // address policy would allow them.
 func TestAdvertisedServersIgnored(t *testing.T) {
-	advertised, accepted := countingListener(t)
+	advertised, accepted := netguardtest.Listen(t, "tcp", "127.0.0.1:0")
 	server, connects := advertisingServer(t, advertised)
 	s := newSink(t, "nats://"+server, "S", "", nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
@@ -112,7 +90,7 @@ func TestAdvertisedServersIgnored(t *testing.T) {
 // Without --allow-private-sink-endpoints the real test server on loopback
 // is not reached, and the error says why.
 func TestLoopbackRefused(t *testing.T) {
-	addr, accepted := countingListener(t)
+	addr, accepted := netguardtest.Listen(t, "tcp", "127.0.0.1:0")
 	strict, err := netguard.New(netguard.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -5,40 +5,17 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
 	"kollect.dev/kollect/pkg/netguard"
+	"kollect.dev/kollect/pkg/netguard/netguardtest"
 )
 
 // loopbackDialer allows the test server's loopback address, as
 // --allow-private-sink-endpoints does.
 var loopbackDialer, _ = netguard.New(netguard.Config{Policy: netguard.Policy{AllowPrivate: true}})
-
-// listen accepts connections on network/addr and counts them; it never
-// answers.
-func listen(t *testing.T, network, addr string) (string, *atomic.Int64) {
-	t.Helper()
-	l, err := net.Listen(network, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	var n atomic.Int64
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			n.Add(1)
-			_ = c.Close()
-		}
-	}()
-	return l.Addr().String(), &n
-}
 
 func dialerAllowing(t *testing.T, cidrs ...string) *netguard.Dialer {
 	t.Helper()
@@ -56,12 +33,12 @@ func dialerAllowing(t *testing.T, cidrs ...string) *netguard.Dialer {
 // Without --allow-private-sink-endpoints no trick of the connection string
 // reaches a loopback listener or a Unix socket, and the errors say why.
 func TestConnectionStringTricks(t *testing.T) {
-	loop, loopAccepted := listen(t, "tcp", "127.0.0.1:0")
+	loop, loopAccepted := netguardtest.Listen(t, "tcp", "127.0.0.1:0")
 	_, loopPort, _ := net.SplitHostPort(loop)
-	allowed, allowedAccepted := listen(t, "tcp", "127.0.0.2:0")
+	allowed, allowedAccepted := netguardtest.Listen(t, "tcp", "127.0.0.2:0")
 	_, allowedPort, _ := net.SplitHostPort(allowed)
 	dir := t.TempDir()
-	_, socketAccepted := listen(t, "unix", filepath.Join(dir, ".s.PGSQL.5432"))
+	_, socketAccepted := netguardtest.Listen(t, "unix", filepath.Join(dir, ".s.PGSQL.5432"))
 	strict := dialerAllowing(t, "127.0.0.2/32")
 
 	type want struct {
