@@ -361,51 +361,49 @@ func TestClusterSinkQuotaParallel(t *testing.T) {
 		return &v1alpha1.SnapshotSink{ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: v1alpha1.SnapshotSinkSpec{Type: v1alpha1.SnapshotSinkGit, Endpoint: "https://git.example.com/inventory.git", Git: &v1alpha1.GitSinkConfig{}}}
 	}
+	// One writer per sink kind: a create, or a server-side apply that creates.
+	writers := []sinkWriter{
+		{"e", func(ns, name string, apply bool, opts metav1.PatchOptions) (err error) {
+			if apply {
+				_, err = api.EventSinks(ns).Patch(ctx, name, types.ApplyPatchType, applyBody(t, "EventSink", quotaEventSink(name)), opts)
+			} else {
+				_, err = api.EventSinks(ns).Create(ctx, quotaEventSink(name), metav1.CreateOptions{})
+			}
+			return err
+		}},
+		{"d", func(ns, name string, apply bool, opts metav1.PatchOptions) (err error) {
+			if apply {
+				_, err = api.DatabaseSinks(ns).Patch(ctx, name, types.ApplyPatchType, applyBody(t, "DatabaseSink", dbSink(name)), opts)
+			} else {
+				_, err = api.DatabaseSinks(ns).Create(ctx, dbSink(name), metav1.CreateOptions{})
+			}
+			return err
+		}},
+		{"s", func(ns, name string, apply bool, opts metav1.PatchOptions) (err error) {
+			if apply {
+				_, err = api.SnapshotSinks(ns).Patch(ctx, name, types.ApplyPatchType, applyBody(t, "SnapshotSink", snapSink(name)), opts)
+			} else {
+				_, err = api.SnapshotSinks(ns).Create(ctx, snapSink(name), metav1.CreateOptions{})
+			}
+			return err
+		}},
+	}
 	const perKind = 10
 	tally := newTally()
 	var wg sync.WaitGroup
 	start := make(chan struct{})
 	for _, ns := range []string{"cq-a", "cq-b"} {
 		for i := range perKind {
-			wg.Add(3)
 			apply := i%2 == 1
 			opts := forceApply(fmt.Sprintf("m%d", i))
-			go func() {
-				defer wg.Done()
-				<-start
-				name := fmt.Sprintf("e%d", i)
-				var err error
-				if apply {
-					_, err = api.EventSinks(ns).Patch(ctx, name, types.ApplyPatchType, applyBody(t, "EventSink", quotaEventSink(name)), opts)
-				} else {
-					_, err = api.EventSinks(ns).Create(ctx, quotaEventSink(name), metav1.CreateOptions{})
-				}
-				tally.record(t, "sink", err)
-			}()
-			go func() {
-				defer wg.Done()
-				<-start
-				name := fmt.Sprintf("d%d", i)
-				var err error
-				if apply {
-					_, err = api.DatabaseSinks(ns).Patch(ctx, name, types.ApplyPatchType, applyBody(t, "DatabaseSink", dbSink(name)), opts)
-				} else {
-					_, err = api.DatabaseSinks(ns).Create(ctx, dbSink(name), metav1.CreateOptions{})
-				}
-				tally.record(t, "sink", err)
-			}()
-			go func() {
-				defer wg.Done()
-				<-start
-				name := fmt.Sprintf("s%d", i)
-				var err error
-				if apply {
-					_, err = api.SnapshotSinks(ns).Patch(ctx, name, types.ApplyPatchType, applyBody(t, "SnapshotSink", snapSink(name)), opts)
-				} else {
-					_, err = api.SnapshotSinks(ns).Create(ctx, snapSink(name), metav1.CreateOptions{})
-				}
-				tally.record(t, "sink", err)
-			}()
+			for _, w := range writers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					tally.record(t, "sink", w.write(ns, fmt.Sprintf("%s%d", w.prefix, i), apply, opts))
+				}()
+			}
 		}
 	}
 	close(start)
@@ -427,4 +425,10 @@ func TestClusterSinkQuotaParallel(t *testing.T) {
 	if total != 4 || tally.refused["sink"] != 2*3*perKind-4 {
 		t.Errorf("%d parallel sink creates/applies under ClusterScope maxSinks: 4: %d stored, %d refused", 2*3*perKind, total, tally.refused["sink"])
 	}
+}
+
+// sinkWriter creates a sink named prefix+n of one kind.
+type sinkWriter struct {
+	prefix string
+	write  func(ns, name string, apply bool, opts metav1.PatchOptions) error
 }
