@@ -9,7 +9,7 @@ TOOLS_BIN  := $(OUTDIR)/tools/bin
 GO         ?= go
 FUZZTIME   ?= 10s
 # Packages whose tests need nothing but Go and the embedded etcd.
-UNIT_PKGS  := ./pkg/... ./cmd/...
+UNIT_PKGS  := ./pkg/... ./cmd/... ./test/eventfold/...
 # What a platform team installs: the image, the alert rules and dashboard.
 # (The chart's install test is an e2e package, test/e2e/chart.)
 RELEASE_PKGS := ./test/image/... ./test/monitoring/...
@@ -109,6 +109,10 @@ e2e: build services ## end-to-end tests through a real kube-apiserver (the chart
 test: verify unit fuzz release-check e2e ## everything CI runs
 	@echo "make test: all suites passed"
 
+# Knobs (test/bench/*_test.go): KOLLECT_BENCH_SIZES and KOLLECT_BENCH_EXPORT_SIZES (item counts,
+# comma-separated; default 10000,100000), KOLLECT_BENCH_IDLE_INVENTORIES (default 1000; 0: none),
+# KOLLECT_BENCH_IDLE_SETTLE (1m), KOLLECT_BENCH_IDLE_WINDOW (2m), KOLLECT_BENCH_IDLE_ONLY=1 (no API
+# comparison), KOLLECT_BENCH_PPROF=dir (profiles). BenchmarkExport needs PostgreSQL and NATS (make services).
 .PHONY: bench
 bench: build ## benchmarks; prints tables with figures and conditions
 	@hack/build-tools.sh kube

@@ -46,6 +46,7 @@ func run() int {
 	allowPrivate := flag.Bool("allow-private-sink-endpoints", true, "pass --allow-private-sink-endpoints to kollect-apiserver (sinks on this machine)")
 	fileSinkRoot := flag.String("file-sink-root", "", "pass --file-sink-root to kollect-apiserver: file sinks write under DIR/<namespace> (default <dir>/file-sinks; \"off\" refuses file sinks)")
 	allowLocalGit := flag.Bool("allow-local-git-sinks", true, "pass --allow-local-git-sinks to kollect-apiserver (git sinks on file:// repositories of this machine)")
+	clusterName := flag.String("cluster-name", "local", "pass --cluster-name to kollect-apiserver: this cluster's name in exported paths, rows and events (empty: the kube-system namespace UID)")
 	fastEtcd := flag.Bool("unsafe-fast-etcd", false, "run etcd with --unsafe-no-fsync (faster; a crash of the machine can corrupt the data)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "Usage: %s [flags] [-- kollect-apiserver flags]\n\n", os.Args[0])
@@ -89,6 +90,9 @@ func run() int {
 	if *allowLocalGit {
 		kollectArgs = append(kollectArgs, "--allow-local-git-sinks")
 		notes = append(notes, "git sinks may push to file:// repositories of this machine (--allow-local-git-sinks)")
+	}
+	if *clusterName != "" {
+		kollectArgs = append(kollectArgs, "--cluster-name="+*clusterName)
 	}
 	kollectArgs = append(kollectArgs, flag.Args()...)
 	if *kollectBinary == "" {

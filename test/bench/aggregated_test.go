@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,7 @@ const (
 	aggListCalls    = 30   // list calls (at least one per client)
 	aggWatchUpdates = 200  // updates each watcher must receive
 	aggWarmup       = 20   // objects created and touched per path before measuring
+	aggLiveObjects  = 100  // objects of "create, exported", deleted after each run
 )
 
 // The three ways of reaching the same-shaped Inventory.
@@ -68,6 +70,19 @@ var (
 // updates from one writer; latency per delivered event from the update's
 // response to its receipt). It prints a table per operation with the
 // ratios to the CRD, and asserts nothing but the absence of errors.
+//
+// kollect-apiserver runs its controllers (it leads), and before measuring
+// the API the benchmark builds the idle fleet of idle_test.go (1,000
+// Inventories at rest, half of them failing) and measures it at rest: CPU
+// and status writes per minute beside the due rate (issue 11, point 5).
+// The fleet stays present while the API is measured. The measured objects
+// are suspended (spec.suspend, in every path's body alike): no exporter
+// writes them while they are read and written, as none writes a CRD's;
+// the controllers still see them (the finalizer is added), and the
+// benchmark waits for that before the next operation. "create, exported"
+// creates objects that are not suspended (their sinks do not exist: each
+// gets a status entry and a Warning Event), as a user's would, and deletes
+// them afterwards, unmeasured.
 func BenchmarkAggregatedVsCRD(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
@@ -82,6 +97,10 @@ func BenchmarkAggregatedVsCRD(b *testing.B) {
 		b.Fatal(err)
 	}
 	kollectBin, err := localcluster.KollectBinary(ctx, root, os.Stderr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	idleOpts, err := idleOptionsFromEnv()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -108,7 +127,17 @@ func BenchmarkAggregatedVsCRD(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	kollect, err := cluster.StartKollect(ctx, localcluster.KollectOptions{Binary: kollectBin, EtcdServers: kollectEtcd.URL()})
+	// The idle fleet's sinks are a file sink and a webhook on loopback; the
+	// measured namespaces hold 1,000 Inventories each, over the default
+	// quota of 100.
+	fileSinkRoot := filepath.Join(dir, "file-sinks")
+	if err := os.Mkdir(fileSinkRoot, 0o750); err != nil {
+		b.Fatal(err)
+	}
+	kollect, err := cluster.StartKollect(ctx, localcluster.KollectOptions{
+		Binary: kollectBin, EtcdServers: kollectEtcd.URL(), AllowPrivateSinkEndpoints: true,
+		Args: []string{"--file-sink-root=" + fileSinkRoot, "--default-max-inventories=0", "--cluster-name=bench"},
+	})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -130,6 +159,31 @@ func BenchmarkAggregatedVsCRD(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	var fleet *idleFleet
+	if idleOpts.count > 0 {
+		procs := []process{
+			{"kollect-apiserver", kollect.Pid()},
+			{"kube-apiserver", cluster.KubeAPIServer().Pid()},
+			{"kollect etcd", kollectEtcd.Pid()},
+			{"kube-apiserver's etcd", cluster.Etcd().Pid()},
+		}
+		fleet, err = startIdleFleet(ctx, idleOpts, cs, cluster.KollectRESTConfig(kollect), procs, startFailingReceiver(b))
+		if err != nil {
+			b.Fatal(err)
+		}
+		fig, err := fleet.measure(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		conditions, err := aggregatedConditions(cs, toolsDir, kollectBin, loadBefore, loadAverage(), fleet)
+		if err != nil {
+			b.Fatal(err)
+		}
+		fleet.print(os.Stdout, fig, conditions)
+		if idleOpts.only {
+			return
+		}
+	}
 	if err := createInventoryCRD(ctx, kubeDyn); err != nil {
 		b.Fatal(err)
 	}
@@ -143,7 +197,7 @@ func BenchmarkAggregatedVsCRD(b *testing.B) {
 	for _, p := range paths {
 		namespaces = append(namespaces, p.namespace("warmup"))
 		for _, c := range levels {
-			namespaces = append(namespaces, p.namespace(fmt.Sprintf("c%d", c)))
+			namespaces = append(namespaces, p.namespace(fmt.Sprintf("c%d", c)), p.namespace(fmt.Sprintf("c%d-exported", c)))
 		}
 	}
 	for _, ns := range namespaces {
@@ -169,29 +223,47 @@ func BenchmarkAggregatedVsCRD(b *testing.B) {
 
 	type operation struct {
 		name, title string
-		run         func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error)
+		// suffix of the operation's namespace after the level ("c8"); ""
+		// for the shared measured objects.
+		suffix string
+		run    func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error)
+		// after runs unmeasured once the operation is measured.
+		after func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface) error
 	}
 	ops := []operation{
-		{"create", fmt.Sprintf("create (%d objects per path and level, fresh namespace)", aggObjects), func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
-			return load.Run(ctx, "create", c, aggObjects, func(ctx context.Context, i int) error {
-				_, err := ri.Create(ctx, bodies.object(p.gvr, ns, i), metav1.CreateOptions{})
-				return err
-			})
-		}},
+		{name: "create, exported", suffix: "-exported",
+			title: fmt.Sprintf("create, exported (%d objects per path and level, not suspended: kollect's exporter acts on each; deleted after each run, unmeasured)", aggLiveObjects),
+			run: func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
+				return load.Run(ctx, "create, exported", c, aggLiveObjects, func(ctx context.Context, i int) error {
+					_, err := ri.Create(ctx, bodies.object(p.gvr, ns, i, false), metav1.CreateOptions{})
+					return err
+				})
+			},
+			after: deleteAll,
+		},
+		{name: "create", title: fmt.Sprintf("create (%d objects per path and level, fresh namespace, suspended)", aggObjects),
+			run: func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
+				return load.Run(ctx, "create", c, aggObjects, func(ctx context.Context, i int) error {
+					_, err := ri.Create(ctx, bodies.object(p.gvr, ns, i, true), metav1.CreateOptions{})
+					return err
+				})
+			},
+			after: waitControllersSaw,
+		},
 		// Before get and list, so that both stores hold the same objects:
 		// kollect derives a status on create, a CRD's starts empty.
-		{"update-status", "update-status (GET + PUT /status, full status body; latency includes the GET)", func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
+		{name: "update-status", title: "update-status (GET + PUT /status, full status body; latency includes the GET)", run: func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
 			return load.Run(ctx, "update-status", c, aggObjects, func(ctx context.Context, i int) error {
 				return bodies.updateStatus(ctx, ri, i)
 			})
 		}},
-		{"get", "get", func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
+		{name: "get", title: "get", run: func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
 			return load.Run(ctx, "get", c, aggObjects, func(ctx context.Context, i int) error {
 				_, err := ri.Get(ctx, objName(i), metav1.GetOptions{})
 				return err
 			})
 		}},
-		{fmt.Sprintf("list %d", aggObjects), fmt.Sprintf("list of %d objects (%d calls, or one per client if more)", aggObjects, aggListCalls), func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
+		{name: fmt.Sprintf("list %d", aggObjects), title: fmt.Sprintf("list of %d objects (%d calls, or one per client if more)", aggObjects, aggListCalls), run: func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
 			return load.Run(ctx, fmt.Sprintf("list %d", aggObjects), c, max(aggListCalls, c), func(ctx context.Context, _ int) error {
 				l, err := ri.List(ctx, metav1.ListOptions{})
 				if err == nil && len(l.Items) != aggObjects {
@@ -200,7 +272,7 @@ func BenchmarkAggregatedVsCRD(b *testing.B) {
 				return err
 			})
 		}},
-		{"watch fan-out", fmt.Sprintf("watch fan-out (clients = watchers on the namespace; %d updates by one writer; ops = events delivered, ops/s = events/s; latency from the update's response to receipt, negative clamped to 0)", aggWatchUpdates), func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
+		{name: "watch fan-out", title: fmt.Sprintf("watch fan-out (clients = watchers on the namespace; %d updates by one writer; ops = events delivered, ops/s = events/s; latency from the update's response to receipt, negative clamped to 0)", aggWatchUpdates), run: func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
 			return watchFanOut(ctx, ri, c, aggWatchUpdates)
 		}},
 	}
@@ -211,10 +283,16 @@ func BenchmarkAggregatedVsCRD(b *testing.B) {
 	for _, c := range levels {
 		for _, op := range ops {
 			for _, p := range paths {
-				ns := p.namespace(fmt.Sprintf("c%d", c))
-				r, err := op.run(ctx, p, p.client.Resource(p.gvr).Namespace(ns), ns, c)
+				ns := p.namespace(fmt.Sprintf("c%d", c) + op.suffix)
+				ri := p.client.Resource(p.gvr).Namespace(ns)
+				r, err := op.run(ctx, p, ri, ns, c)
 				if err != nil {
 					b.Fatalf("%s, %s, %d clients: %v", op.name, p.name, c, err)
+				}
+				if op.after != nil {
+					if err := op.after(ctx, p, ri); err != nil {
+						b.Fatalf("after %s, %s, %d clients: %v", op.name, p.name, c, err)
+					}
 				}
 				fmt.Fprintf(os.Stderr, "bench: %-10s %-13s c=%-2d %5d ops %8.0f ops/s p50 %8.2fms p99 %8.2fms\n",
 					p.name, op.name, c, r.Ops, r.Throughput(), msf(r.P50), msf(r.P99))
@@ -224,7 +302,7 @@ func BenchmarkAggregatedVsCRD(b *testing.B) {
 	}
 	loadAfter := loadAverage()
 
-	conditions, err := aggregatedConditions(cs, toolsDir, kollectBin, loadBefore, loadAfter)
+	conditions, err := aggregatedConditions(cs, toolsDir, kollectBin, loadBefore, loadAfter, fleet)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -270,7 +348,7 @@ func (p apiPath) waitServing(ctx context.Context, bodies *inventoryBodies) error
 	ri := p.client.Resource(p.gvr).Namespace(ns)
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		_, last = ri.Create(ctx, bodies.object(p.gvr, ns, 999999), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, last = ri.Create(ctx, bodies.object(p.gvr, ns, 999999, true), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return last == nil, nil
 	})
 	if err != nil {
@@ -287,9 +365,14 @@ func (p apiPath) warmUp(ctx context.Context, bodies *inventoryBodies) (int, erro
 	ri := p.client.Resource(p.gvr).Namespace(ns)
 	size := 0
 	for i := range aggWarmup {
-		if _, err := ri.Create(ctx, bodies.object(p.gvr, ns, i), metav1.CreateOptions{}); err != nil {
+		if _, err := ri.Create(ctx, bodies.object(p.gvr, ns, i, true), metav1.CreateOptions{}); err != nil {
 			return 0, fmt.Errorf("%s warm-up: %w", p.name, err)
 		}
+	}
+	if err := waitControllersSaw(ctx, p, ri); err != nil {
+		return 0, fmt.Errorf("%s warm-up: %w", p.name, err)
+	}
+	for i := range aggWarmup {
 		if err := bodies.updateStatus(ctx, ri, i); err != nil {
 			return 0, fmt.Errorf("%s warm-up: %w", p.name, err)
 		}
@@ -391,13 +474,74 @@ func newInventoryBodies() (*inventoryBodies, error) {
 	return &inventoryBodies{spec: specMap, status: statusMap}, nil
 }
 
-func (ib *inventoryBodies) object(gvr schema.GroupVersionResource, ns string, i int) *unstructured.Unstructured {
+// object is the i-th object; suspended ones are left alone by kollect's
+// exporter.
+func (ib *inventoryBodies) object(gvr schema.GroupVersionResource, ns string, i int, suspended bool) *unstructured.Unstructured {
+	spec := runtime.DeepCopyJSONValue(ib.spec).(map[string]any)
+	if suspended {
+		spec["suspend"] = true
+	}
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": gvr.GroupVersion().String(),
 		"kind":       "Inventory",
 		"metadata":   map[string]any{"name": objName(i), "namespace": ns},
-		"spec":       runtime.DeepCopyJSONValue(ib.spec),
+		"spec":       spec,
 	}}
+}
+
+// exportFinalizer is what kollect's export controller adds to every
+// Inventory it has seen (pkg/controllers/export.Finalizer).
+const exportFinalizer = "kollect.dev/export"
+
+// waitControllersSaw waits, on the kollect paths, until the export
+// controller has added its finalizer to every object of the namespace:
+// its write must not race the next measured operation (a GET + PUT would
+// conflict, a watcher would count it). A CRD has no controller.
+func waitControllersSaw(ctx context.Context, p apiPath, ri dynamic.ResourceInterface) error {
+	if p.name == pathCRD {
+		return nil
+	}
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := ri.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		missing := 0
+		for _, u := range l.Items {
+			if !slices.Contains(u.GetFinalizers(), exportFinalizer) {
+				missing++
+			}
+		}
+		last = fmt.Sprintf("%d of %d objects without the finalizer", missing, len(l.Items))
+		return missing == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: waiting for the export controller: %w (last: %s)", p.name, err, last)
+	}
+	return nil
+}
+
+// deleteAll deletes the namespace's objects and waits until they are gone
+// (kollect's export controller removes its finalizer first).
+func deleteAll(ctx context.Context, p apiPath, ri dynamic.ResourceInterface) error {
+	if err := ri.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return fmt.Errorf("%s: deleting the objects: %w", p.name, err)
+	}
+	var left int
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		l, err := ri.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		left = len(l.Items)
+		return left == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %d objects still there: %w", p.name, left, err)
+	}
+	return nil
 }
 
 // updateStatus is what an exporter does: GET, then PUT /status with its
@@ -654,7 +798,7 @@ func inventoryCRD() map[string]any {
 
 // aggregatedConditions describes the run: the machine (load.Conditions),
 // the versions of the servers and their stores, the load average.
-func aggregatedConditions(cs kubernetes.Interface, toolsDir, kollectBin, loadBefore, loadAfter string) (string, error) {
+func aggregatedConditions(cs kubernetes.Interface, toolsDir, kollectBin, loadBefore, loadAfter string, fleet *idleFleet) (string, error) {
 	v, err := cs.Discovery().ServerVersion()
 	if err != nil {
 		return "", err
@@ -663,6 +807,8 @@ func aggregatedConditions(cs kubernetes.Interface, toolsDir, kollectBin, loadBef
 		fmt.Sprintf("kube-apiserver=k8s.io/kubernetes@%s (reports %s)", moduleVersion(filepath.Join(toolsDir, "kube-apiserver"), "k8s.io/kubernetes"), v.GitVersion),
 		fmt.Sprintf("etcd=%s, one single-member process per API server (same binary and flags), fsync on (no --unsafe-no-fsync)", moduleVersion(filepath.Join(toolsDir, "etcd"), "go.etcd.io/etcd/server/v3")),
 		fmt.Sprintf("kollect-apiserver=%s", moduleVersion(kollectBin, "kollect.dev/kollect")),
+		"kollect controllers=on (this replica leads)",
+		"background="+idleConditions(fleet),
 		"kube-controller-manager=off",
 		"transport=HTTPS on 127.0.0.1, one dynamic client (JSON, one HTTP/2 connection) per server, client-side rate limit off",
 		"identity=admin client certificate (system:masters)",

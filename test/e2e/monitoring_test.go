@@ -214,7 +214,7 @@ spec:
 		}
 		exported, failed := false, false
 		for _, e := range inv.Status.SinkExports {
-			// After the export, runs within exportMinInterval say Debounced.
+			// lastExportTime stays set whatever the entry says later.
 			exported = exported || e.Name == "files" && e.LastExportTime != nil
 			failed = failed || e.Name == "broken" && e.Outcome == v1alpha1.OutcomeFailed && e.ConsecutiveFailures >= 3
 		}

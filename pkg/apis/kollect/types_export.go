@@ -97,10 +97,12 @@ type SinkExportStatus struct {
 	// lastAttemptTime is when the exporter last ran for the sink.
 	// +optional
 	LastAttemptTime *metav1.Time `json:"lastAttemptTime,omitempty"`
-	// lastChecksum is the checksum of the payload the sink holds.
+	// lastChecksum is the checksum of the item set the sink last
+	// acknowledged.
 	// +optional
 	LastChecksum string `json:"lastChecksum,omitempty"`
-	// cursor is the item resourceVersion the sink has caught up to.
+	// cursor is the item resourceVersion up to which the sink acknowledged
+	// every change of the inventory's items.
 	// +optional
 	Cursor string `json:"cursor,omitempty"`
 	// itemCount is the number of items the sink holds.

@@ -75,8 +75,10 @@ type SnapshotSinkSpec struct {
 // FileSinkConfig configures a file snapshot sink.
 type FileSinkConfig struct {
 	// pathTemplate is the file path relative to the endpoint directory, with
-	// {namespace}, {inventory} and {ext} placeholders. Defaults to
-	// "{namespace}/{inventory}.{ext}". It may not leave the directory.
+	// {cluster} (the server's --cluster-name), {namespace} ("_cluster" for a
+	// ClusterInventory), {inventory} and {ext} placeholders. Defaults to
+	// "{cluster}/{namespace}/{inventory}.{ext}", so that the servers of many
+	// clusters can share the directory. It may not leave the directory.
 	// +optional
 	PathTemplate string `json:"pathTemplate,omitempty"`
 }
@@ -86,12 +88,17 @@ type GitSinkConfig struct {
 	// branch to commit to. Defaults to main.
 	// +optional
 	Branch string `json:"branch,omitempty"`
-	// pathTemplate is the file path in the repository, with {namespace},
-	// {inventory} and {ext} placeholders. Defaults to "{namespace}/{inventory}.{ext}".
+	// pathTemplate is the file path in the repository, with {cluster} (the
+	// server's --cluster-name), {namespace} ("_cluster" for a
+	// ClusterInventory), {inventory} and {ext} placeholders. Defaults to
+	// "{cluster}/{namespace}/{inventory}.{ext}", so that the servers of many
+	// clusters can share the repository.
 	// +optional
 	PathTemplate string `json:"pathTemplate,omitempty"`
-	// commitMessage is the commit message template, with {namespace},
-	// {inventory}, {itemCount} and {checksum} placeholders.
+	// commitMessage is the commit message template, with {cluster},
+	// {namespace}, {inventory}, {itemCount} and {checksum} placeholders.
+	// Defaults to "kollect: {cluster}/{namespace}/{inventory} ({itemCount}
+	// items, {checksum})".
 	// +optional
 	CommitMessage string `json:"commitMessage,omitempty"`
 	// authorName of commits. Defaults to "Kollect".
@@ -258,8 +265,14 @@ type NATSSinkConfig struct {
 	// stream is the JetStream stream that must capture the subject.
 	// +required
 	Stream string `json:"stream"`
-	// subject template, with {namespace}, {inventory}, {kind} and {name}
-	// placeholders. Defaults to "kollect.{namespace}.{inventory}".
+	// subject template, with {cluster} (the server's --cluster-name),
+	// {namespace} ("_cluster" for a ClusterInventory), {inventory}, {kind}
+	// and {name} (the item's source kind and name; "_" for an event about
+	// the whole inventory, such as dev.kollect.inventory.resynced)
+	// placeholders, each made a valid subject token. Defaults to
+	// "kollect.{cluster}.{namespace}.{inventory}". Each message's
+	// Nats-Msg-Id is its event's id, which names the cluster and the
+	// inventory, so inventories and clusters can share a stream.
 	// +optional
 	Subject string `json:"subject,omitempty"`
 }

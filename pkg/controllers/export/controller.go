@@ -18,14 +18,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -65,8 +69,17 @@ type Config struct {
 	Host *rest.Config
 	// Loopback reaches this server: inventories, targets, sinks, scopes, items.
 	Loopback *rest.Config
-	// ClusterName names the host cluster in snapshot envelopes.
+	// ClusterName (--cluster-name) names the host cluster in every key a
+	// sink stores: rows, paths, subjects, event ids and sources.
 	ClusterName string
+	// Epoch is this leadership term's (the acquire time of the
+	// controllers' Lease, in microseconds): every write carries it, and
+	// sinks that can compare refuse an older one.
+	Epoch int64
+	// ClientMaxAge (--sink-client-max-age) is how long a sink client built
+	// from a Secret is used before it is built again; 0 means
+	// DefaultClientMaxAge.
+	ClientMaxAge time.Duration
 	// StateDir holds local working state (git clones).
 	StateDir string
 	// FileSinkRoot (--file-sink-root) is the directory file sinks write
@@ -149,6 +162,9 @@ type Controller struct {
 	scopes              kollectlisters.ScopeLister
 	clusterScopes       kollectlisters.ClusterScopeLister
 	items, clusterItems cache.SharedIndexInformer
+	// applied holds, per item informer (namespaced, cluster), the
+	// resourceVersion of the last item event applied to every view.
+	applied [2]atomic.Uint64
 
 	recorder events.EventRecorder
 	queue    workqueue.TypedRateLimitingInterface[invKey]
@@ -169,7 +185,10 @@ func New(cfg Config) (*Controller, error) {
 		return nil, errors.New("the exporter needs the host and loopback configurations")
 	}
 	if cfg.ClusterName == "" {
-		cfg.ClusterName = "kubernetes"
+		return nil, errors.New("the exporter needs the cluster name")
+	}
+	if cfg.ClientMaxAge <= 0 {
+		cfg.ClientMaxAge = DefaultClientMaxAge
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = filepath.Join(os.TempDir(), "kollect-export")
@@ -289,10 +308,13 @@ func (c *Controller) setupInformers() {
 			c.queue.Add(invKey{Cluster: true, Name: o.Name})
 		}
 	}
-	_, _ = k.Inventories().Informer().AddEventHandler(handler(enqueueInv))
-	_, _ = k.ClusterInventories().Informer().AddEventHandler(handler(enqueueInv))
+	// The exporters' own status writes come back as updates: only what
+	// a reconcile reads may queue one, or every write would cause the next.
+	_, _ = k.Inventories().Informer().AddEventHandler(filtered(enqueueInv, inventoryChanged))
+	_, _ = k.ClusterInventories().Informer().AddEventHandler(filtered(enqueueInv, inventoryChanged))
 
-	// A target's labels decide which inventories select it.
+	// A target's labels decide which inventories select it; its status
+	// (written by the collector) does not.
 	targetChanged := func(obj any) {
 		switch o := unwrap(obj).(type) {
 		case *v1alpha1.Target:
@@ -301,11 +323,13 @@ func (c *Controller) setupInformers() {
 			c.enqueueNamespace("")
 		}
 	}
-	_, _ = k.Targets().Informer().AddEventHandler(handler(targetChanged))
-	_, _ = k.ClusterTargets().Informer().AddEventHandler(handler(targetChanged))
+	labelsChanged := func(old, obj metav1.Object) bool { return !maps.Equal(old.GetLabels(), obj.GetLabels()) }
+	_, _ = k.Targets().Informer().AddEventHandler(filtered(targetChanged, labelsChanged))
+	_, _ = k.ClusterTargets().Informer().AddEventHandler(filtered(targetChanged, labelsChanged))
 
 	// Sinks and scopes are read at export time: poke the exporters that use
-	// them, and probe changed sinks.
+	// them, and probe changed sinks. A sink's own status writes (probes)
+	// must not wake every exporter using it: only spec changes count.
 	sinkChanged := func(family v1alpha1.SinkFamily) func(any) {
 		return func(obj any) {
 			m, ok := unwrap(obj).(metav1.Object)
@@ -316,16 +340,17 @@ func (c *Controller) setupInformers() {
 			c.probes.Add(sinkKey{family: family, namespace: m.GetNamespace(), name: m.GetName()})
 		}
 	}
-	_, _ = k.SnapshotSinks().Informer().AddEventHandler(specHandler(sinkChanged(v1alpha1.SinkFamilySnapshot)))
-	_, _ = k.DatabaseSinks().Informer().AddEventHandler(specHandler(sinkChanged(v1alpha1.SinkFamilyDatabase)))
-	_, _ = k.EventSinks().Informer().AddEventHandler(specHandler(sinkChanged(v1alpha1.SinkFamilyEvent)))
+	_, _ = k.SnapshotSinks().Informer().AddEventHandler(filtered(sinkChanged(v1alpha1.SinkFamilySnapshot), generationChanged))
+	_, _ = k.DatabaseSinks().Informer().AddEventHandler(filtered(sinkChanged(v1alpha1.SinkFamilyDatabase), generationChanged))
+	_, _ = k.EventSinks().Informer().AddEventHandler(filtered(sinkChanged(v1alpha1.SinkFamilyEvent), generationChanged))
 	scopeChanged := func(obj any) {
 		if m, ok := unwrap(obj).(metav1.Object); ok {
 			c.pokeNamespace(m.GetNamespace())
 		}
 	}
-	_, _ = k.Scopes().Informer().AddEventHandler(handler(scopeChanged))
-	_, _ = k.ClusterScopes().Informer().AddEventHandler(handler(scopeChanged))
+	// Scope status (quota usage) changes with every item: only the spec matters.
+	_, _ = k.Scopes().Informer().AddEventHandler(filtered(scopeChanged, generationChanged))
+	_, _ = k.ClusterScopes().Informer().AddEventHandler(filtered(scopeChanged, generationChanged))
 
 	c.itemFactory = kollectinformers.NewSharedInformerFactory(c.kollect, 0)
 	items := c.itemFactory.Kollect().V1alpha1()
@@ -363,28 +388,42 @@ func unwrap(obj any) any {
 	return obj
 }
 
-func handler(f func(any)) cache.ResourceEventHandlerFuncs {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    f,
-		UpdateFunc: func(_, obj any) { f(obj) },
-		DeleteFunc: f,
-	}
-}
-
-// specHandler ignores updates that change neither the generation nor the
-// metadata a sink depends on: a sink's own status writes (probes) must not
-// wake every exporter using it.
-func specHandler(f func(any)) cache.ResourceEventHandlerFuncs {
+// filtered calls f on adds and deletes, and on the updates changed accepts.
+func filtered(f func(any), changed func(old, obj metav1.Object) bool) cache.ResourceEventHandlerFuncs {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: f,
 		UpdateFunc: func(old, obj any) {
-			o, n := old.(metav1.Object), obj.(metav1.Object)
-			if o.GetGeneration() != n.GetGeneration() || o.GetDeletionTimestamp() != n.GetDeletionTimestamp() {
+			o, ok1 := old.(metav1.Object)
+			n, ok2 := obj.(metav1.Object)
+			if !ok1 || !ok2 || changed(o, n) {
 				f(obj)
 			}
 		},
 		DeleteFunc: f,
 	}
+}
+
+func generationChanged(old, obj metav1.Object) bool {
+	return old.GetGeneration() != obj.GetGeneration() || !old.GetDeletionTimestamp().Equal(obj.GetDeletionTimestamp())
+}
+
+// inventoryChanged accepts the updates a reconcile or an exporter reads:
+// the spec, deletion, finalizers and the recorded requester; not the
+// sinkExports entries the exporters write.
+func inventoryChanged(old, obj metav1.Object) bool {
+	if generationChanged(old, obj) || !slices.Equal(old.GetFinalizers(), obj.GetFinalizers()) {
+		return true
+	}
+	requester := func(o metav1.Object) *v1alpha1.RequesterInfo {
+		switch o := o.(type) {
+		case *v1alpha1.Inventory:
+			return o.Status.Requester
+		case *v1alpha1.ClusterInventory:
+			return o.Status.Requester
+		}
+		return nil
+	}
+	return !equality.Semantic.DeepEqual(requester(old), requester(obj))
 }
 
 // itemHandler applies item events to the views that include the item.
@@ -410,6 +449,7 @@ func (c *Controller) itemHandler() cache.ResourceEventHandlerFuncs {
 				s.view.upsert(it)
 			}
 		}
+		c.markApplied(it)
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    upsert,
@@ -423,6 +463,11 @@ func (c *Controller) itemHandler() cache.ResourceEventHandlerFuncs {
 			defer c.mu.Unlock()
 			for _, s := range c.byNamespace[it.Namespace] {
 				s.view.remove(it.Key(), it)
+			}
+			if _, unknown := obj.(cache.DeletedFinalStateUnknown); !unknown {
+				// The final state of a missed deletion carries an older
+				// revision: it proves nothing about what was applied.
+				c.markApplied(it)
 			}
 		},
 	}
@@ -463,13 +508,39 @@ func (c *Controller) pokeNamespace(ns string) {
 	}
 }
 
-// itemsCursor is the resourceVersion the item informer of an inventory's
-// items has caught up to.
-func (c *Controller) itemsCursor(k invKey) string {
-	if k.Cluster {
-		return c.clusterItems.LastSyncResourceVersion()
+// markApplied records that the item event of it has been applied to
+// every view (called after them, under c.mu): a run that takes its batch
+// afterwards may claim every change up to it.
+func (c *Controller) markApplied(it *sink.Item) {
+	rv, err := strconv.ParseUint(it.ResourceVersion, 10, 64)
+	if err != nil {
+		return
 	}
-	return c.items.LastSyncResourceVersion()
+	a := &c.applied[0]
+	if it.Namespace == "" {
+		a = &c.applied[1]
+	}
+	if rv > a.Load() {
+		a.Store(rv)
+	}
+}
+
+// appliedRV is the cursor of an inventory's item informer, "" before any event.
+func (c *Controller) appliedRV(k invKey) func() string {
+	a := &c.applied[0]
+	if k.Cluster {
+		a = &c.applied[1]
+	}
+	return func() string {
+		if v := a.Load(); v > 0 {
+			return strconv.FormatUint(v, 10)
+		}
+		return ""
+	}
+}
+
+func (c *Controller) settings() settings {
+	return settings{epoch: c.cfg.Epoch, watchdog: c.watchdog, clientMaxAge: c.cfg.ClientMaxAge}
 }
 
 // warn emits a Warning Event about an inventory in the host cluster.
@@ -693,7 +764,7 @@ func (c *Controller) reconcile(ctx context.Context, key invKey) error {
 	c.mu.Lock()
 	s := c.state[key]
 	if s == nil {
-		s = &inventoryState{key: key, view: newView(), exporters: map[exporterKey]*exporter{}}
+		s = &inventoryState{key: key, view: newView(c.appliedRV(key)), exporters: map[exporterKey]*exporter{}}
 		c.state[key] = s
 		ns := key.Namespace
 		if key.Cluster {
@@ -808,13 +879,12 @@ const fieldManager = "kollect-exporter"
 // cleanup removes what a deleted inventory exported to the sinks whose
 // deletionPolicy is Delete: the document, the rows, or a delete event per item.
 func (c *Controller) cleanup(ctx context.Context, key invKey, spec *inventorySpec) error {
-	inv := sinkInventory(key, spec.meta)
+	inv := c.sinkInventory(key, spec.meta)
 	// The view was dropped with the exporters: read the items again.
 	items := c.itemsOfSpec(key, spec)
 	var errs []error
 	for _, r := range spec.refs {
-		ek := exporterKey{inv: key, family: r.family, namespace: r.namespace, name: r.name}
-		obj, err := c.sinkObject(ek)
+		obj, err := c.sinkObject(sinkKey{family: r.family, namespace: r.namespace, name: r.name})
 		if apierrors.IsNotFound(err) {
 			continue // nothing to clean up where the sink no longer exists
 		}
@@ -822,10 +892,10 @@ func (c *Controller) cleanup(ctx context.Context, key invKey, spec *inventorySpe
 			errs = append(errs, err)
 			continue
 		}
-		if policy(obj) != v1alpha1.DeletionPolicyDelete {
+		if obj.policy != v1alpha1.DeletionPolicyDelete {
 			continue
 		}
-		client, err := c.buildClient(ctx, ek, obj)
+		client, err := c.connect(ctx, obj)
 		var denial *tenancy.Denial
 		if errors.As(err, &denial) {
 			// The sink may no longer be used on its requester's authority:
@@ -834,25 +904,12 @@ func (c *Controller) cleanup(ctx context.Context, key invKey, spec *inventorySpe
 			continue
 		}
 		if err != nil {
-			// buildClient scrubs its own errors.
+			// connect scrubs its own errors.
 			errs = append(errs, fmt.Errorf("%s/%s/%s: %w", r.family, r.namespace, r.name, err))
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, exportTimeout)
-		switch {
-		case client.snapshot != nil:
-			err = client.snapshot.Delete(cctx, inv)
-		case client.database != nil:
-			err = client.database.Delete(cctx, inv)
-		case client.event != nil:
-			changes := make([]sink.Change, 0, len(items))
-			for _, it := range items {
-				changes = append(changes, sink.Change{Op: sink.Delete, Item: it})
-			}
-			if len(changes) > 0 {
-				err = client.event.Publish(cctx, inv, changes)
-			}
-		}
+		err = client.remove(cctx, inv, items, c.cfg.Epoch)
 		cancel()
 		_ = client.Close()
 		if err != nil {
@@ -889,8 +946,8 @@ func (c *Controller) itemsOfSpec(key invKey, spec *inventorySpec) []*sink.Item {
 	return out
 }
 
-func sinkInventory(key invKey, meta *metav1.ObjectMeta) sink.Inventory {
-	return sink.Inventory{Kind: key.kind(), Namespace: key.Namespace, Name: key.Name, UID: string(meta.UID)}
+func (c *Controller) sinkInventory(key invKey, meta *metav1.ObjectMeta) sink.Inventory {
+	return sink.Inventory{Cluster: c.cfg.ClusterName, Kind: key.kind(), Namespace: key.Namespace, Name: key.Name, UID: string(meta.UID)}
 }
 
 // statusEntry starts an apply configuration of one exporter's entry.
@@ -921,9 +978,18 @@ type resolved struct {
 	generation int64
 	entry      *v1alpha1.SinkExportStatus
 	sinkFound  bool
-	sinkObj    metav1.Object
+	sink       *sinkObject
 	sinkType   string
 	interval   time.Duration
+}
+
+// entrySays reports whether the exporter's entry already shows this
+// outcome, reason and message at this generation: writing it again would
+// change nothing a reader looks at.
+func (r *resolved) entrySays(outcome v1alpha1.ExportOutcome, reason, message string) bool {
+	e := r.entry
+	return e != nil && e.Outcome == outcome && e.Reason == reason && e.ObservedGeneration == r.generation &&
+		e.Message == strings.ToValidUTF8(truncate(message, 1024), "")
 }
 
 // resolveFailure is a reference that does not resolve; reported as the entry's reason.
@@ -949,7 +1015,7 @@ func (c *Controller) resolve(ctx context.Context, k exporterKey) (*resolved, err
 	if err != nil {
 		return nil, err
 	}
-	out := &resolved{inventory: sinkInventory(k.inv, spec.meta), generation: spec.generation, sinkType: "unknown"}
+	out := &resolved{inventory: c.sinkInventory(k.inv, spec.meta), generation: spec.generation, sinkType: "unknown"}
 	for i := range spec.status.SinkExports {
 		e := &spec.status.SinkExports[i]
 		if e.Family == k.family && e.Name == k.name && (e.Namespace == "" || e.Namespace == k.namespace) {
@@ -971,7 +1037,7 @@ func (c *Controller) resolve(ctx context.Context, k exporterKey) (*resolved, err
 		return out, &resolveFailure{reason: d.Reason, message: d.Message}
 	}
 	kind, refType := k.inv.kind(), string(k.family)+"Sink"
-	sinkObj, err := c.sinkObject(k)
+	sinkObj, err := c.sinkObject(sinkKey{family: k.family, namespace: k.namespace, name: k.name})
 	if apierrors.IsNotFound(err) {
 		metrics.Resolved(kind, refType, metrics.ResolutionNotFound)
 		return out, &resolveFailure{reason: v1alpha1.ReasonSinkNotFound,
@@ -980,7 +1046,7 @@ func (c *Controller) resolve(ctx context.Context, k exporterKey) (*resolved, err
 	if err != nil {
 		return nil, err
 	}
-	out.sinkFound, out.sinkObj, out.sinkType = true, sinkObj, sinkType(sinkObj)
+	out.sinkFound, out.sink, out.sinkType = true, sinkObj, sinkObj.typ
 	limits := c.limits(k.inv)
 	denial := tenancy.RequesterExpired(spec.status.Requester, c.cfg.RequesterMaxAge, time.Now())
 	if denial == nil {
@@ -1012,7 +1078,7 @@ func (c *Controller) resolve(ctx context.Context, k exporterKey) (*resolved, err
 		return out, &resolveFailure{reason: denial.Reason, message: denial.Message}
 	}
 	metrics.Resolved(kind, refType, metrics.ResolutionOK)
-	out.interval = EffectiveInterval(ref.interval, sinkInterval(sinkObj), spec.interval, limits.Floor())
+	out.interval = EffectiveInterval(ref.interval, sinkObj.interval, spec.interval, limits.Floor())
 	return out, nil
 }
 
@@ -1027,64 +1093,22 @@ func (c *Controller) limits(k invKey) tenancy.Limits {
 	return tenancy.ScopeLimits(list)
 }
 
-// sinkObject reads the referenced sink from the cache.
-func (c *Controller) sinkObject(k exporterKey) (metav1.Object, error) {
+// sinkObject reads a sink from the cache.
+func (c *Controller) sinkObject(k sinkKey) (*sinkObject, error) {
+	var obj metav1.Object
+	var err error
 	switch k.family {
 	case v1alpha1.SinkFamilySnapshot:
-		return c.snapshotSinks.SnapshotSinks(k.namespace).Get(k.name)
+		obj, err = c.snapshotSinks.SnapshotSinks(k.namespace).Get(k.name)
 	case v1alpha1.SinkFamilyDatabase:
-		return c.databaseSinks.DatabaseSinks(k.namespace).Get(k.name)
+		obj, err = c.databaseSinks.DatabaseSinks(k.namespace).Get(k.name)
 	default:
-		return c.eventSinks.EventSinks(k.namespace).Get(k.name)
+		obj, err = c.eventSinks.EventSinks(k.namespace).Get(k.name)
 	}
-}
-
-func sinkType(obj metav1.Object) string {
-	switch o := obj.(type) {
-	case *v1alpha1.SnapshotSink:
-		return string(o.Spec.Type)
-	case *v1alpha1.DatabaseSink:
-		return string(o.Spec.Type)
-	case *v1alpha1.EventSink:
-		return string(o.Spec.Type)
+	if err != nil {
+		return nil, err
 	}
-	return "unknown"
-}
-
-func sinkInterval(obj metav1.Object) *time.Duration {
-	switch o := obj.(type) {
-	case *v1alpha1.SnapshotSink:
-		return durationPtr(o.Spec.ExportMinInterval)
-	case *v1alpha1.DatabaseSink:
-		return durationPtr(o.Spec.ExportMinInterval)
-	case *v1alpha1.EventSink:
-		return durationPtr(o.Spec.ExportMinInterval)
-	}
-	return nil
-}
-
-func policy(obj metav1.Object) v1alpha1.DeletionPolicy {
-	switch o := obj.(type) {
-	case *v1alpha1.SnapshotSink:
-		return o.Spec.DeletionPolicy
-	case *v1alpha1.DatabaseSink:
-		return o.Spec.DeletionPolicy
-	case *v1alpha1.EventSink:
-		return o.Spec.DeletionPolicy
-	}
-	return v1alpha1.DeletionPolicyRetain
-}
-
-func secretRef(obj metav1.Object) *v1alpha1.LocalObjectReference {
-	switch o := obj.(type) {
-	case *v1alpha1.SnapshotSink:
-		return o.Spec.SecretRef
-	case *v1alpha1.DatabaseSink:
-		return o.Spec.SecretRef
-	case *v1alpha1.EventSink:
-		return o.Spec.SecretRef
-	}
-	return nil
+	return sinkObjectOf(obj)
 }
 
 // readSecret reads a sink's Secret from the host cluster. Its data never
@@ -1092,7 +1116,7 @@ func secretRef(obj metav1.Object) *v1alpha1.LocalObjectReference {
 // authority (sinkDenial) is refused with the *tenancy.Denial, before
 // anything is read: the exporter and the prober build every sink client
 // through here.
-func (c *Controller) readSecret(ctx context.Context, obj metav1.Object) (sink.Secret, string, error) {
+func (c *Controller) readSecret(ctx context.Context, obj *sinkObject) (sink.Secret, string, error) {
 	denial, err := c.sinkDenial(ctx, obj)
 	if err != nil {
 		return nil, "", err
@@ -1100,7 +1124,7 @@ func (c *Controller) readSecret(ctx context.Context, obj metav1.Object) (sink.Se
 	if denial != nil {
 		return nil, "", denial
 	}
-	ref := secretRef(obj)
+	ref := obj.secretRef
 	if ref == nil {
 		return nil, "", nil
 	}
@@ -1118,29 +1142,17 @@ func (c *Controller) readSecret(ctx context.Context, obj metav1.Object) (sink.Se
 // the requester must not have expired (--requester-max-age) and, for a
 // sink with a secretRef, must still be allowed to `get` the Secret. An
 // error means the authorizer could not answer: retry, change nothing.
-func (c *Controller) sinkDenial(ctx context.Context, obj metav1.Object) (*tenancy.Denial, error) {
-	requester := sinkRequester(obj)
+func (c *Controller) sinkDenial(ctx context.Context, obj *sinkObject) (*tenancy.Denial, error) {
+	requester := obj.status.Requester
 	if d := tenancy.RequesterExpired(requester, c.cfg.RequesterMaxAge, time.Now()); d != nil {
 		d.Message = "the sink's requester: " + d.Message
 		return d, nil
 	}
-	ref := secretRef(obj)
+	ref := obj.secretRef
 	if ref == nil || c.cfg.Authorizer == nil {
 		return nil, nil
 	}
 	return tenancy.MayGetSecret(ctx, c.cfg.Authorizer, requester, obj.GetNamespace(), ref.Name)
-}
-
-func sinkRequester(obj metav1.Object) *v1alpha1.RequesterInfo {
-	switch o := obj.(type) {
-	case *v1alpha1.SnapshotSink:
-		return o.Status.Requester
-	case *v1alpha1.DatabaseSink:
-		return o.Status.Requester
-	case *v1alpha1.EventSink:
-		return o.Status.Requester
-	}
-	return nil
 }
 
 // sinkFieldManager owns the Ready condition of a sink its requester may
@@ -1161,20 +1173,11 @@ func (c *Controller) sinkRequesterLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		ss, _ := c.snapshotSinks.List(labels.Everything())
-		ds, _ := c.databaseSinks.List(labels.Everything())
-		es, _ := c.eventSinks.List(labels.Everything())
-		for family, objs := range map[v1alpha1.SinkFamily][]metav1.Object{
-			v1alpha1.SinkFamilySnapshot: toMeta(ss),
-			v1alpha1.SinkFamilyDatabase: toMeta(ds),
-			v1alpha1.SinkFamilyEvent:    toMeta(es),
-		} {
-			for _, obj := range objs {
-				if ctx.Err() != nil {
-					return
-				}
-				c.checkSinkRequester(ctx, sinkKey{family: family, namespace: obj.GetNamespace(), name: obj.GetName()}, obj)
+		for _, obj := range c.allSinks() {
+			if ctx.Err() != nil {
+				return
 			}
+			c.checkSinkRequester(ctx, sinkKey{family: obj.family, namespace: obj.GetNamespace(), name: obj.GetName()}, obj)
 		}
 	}
 }
@@ -1182,7 +1185,7 @@ func (c *Controller) sinkRequesterLoop(ctx context.Context) {
 // requesterReasons are the Ready reasons sinkRequesterLoop writes.
 var requesterReasons = map[string]bool{v1alpha1.ReasonSecretForbidden: true, v1alpha1.ReasonRequesterExpired: true}
 
-func (c *Controller) checkSinkRequester(ctx context.Context, key sinkKey, obj metav1.Object) {
+func (c *Controller) checkSinkRequester(ctx context.Context, key sinkKey, obj *sinkObject) {
 	if obj.GetDeletionTimestamp() != nil {
 		return
 	}
@@ -1191,7 +1194,7 @@ func (c *Controller) checkSinkRequester(ctx context.Context, key sinkKey, obj me
 		klog.FromContext(ctx).V(2).Info("Cannot re-check a sink's requester; retrying next period", "sink", key, "err", err)
 		return
 	}
-	ready := readyCondition(obj)
+	ready := obj.ready()
 	if denial == nil {
 		if ready != nil && ready.Status == metav1.ConditionFalse && requesterReasons[ready.Reason] {
 			c.probes.Add(key)
@@ -1208,7 +1211,7 @@ func (c *Controller) checkSinkRequester(ctx context.Context, key sinkKey, obj me
 	if ready != nil && ready.Status == metav1.ConditionFalse {
 		cond.WithLastTransitionTime(ready.LastTransitionTime)
 	}
-	if err := c.applySinkStatus(ctx, key, applyv1alpha1.SinkStatus().WithConditions(cond), sinkFieldManager); err != nil {
+	if err := applySinkStatus(ctx, c.kollect, key, applyv1alpha1.SinkStatus().WithConditions(cond), sinkFieldManager); err != nil {
 		if !apierrors.IsNotFound(err) && ctx.Err() == nil {
 			klog.FromContext(ctx).V(2).Info("Writing a sink's requester denial failed", "sink", key, "err", err)
 		}

@@ -14,6 +14,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
 	"kollect.dev/kollect/pkg/controllers/metrics"
+	applyv1alpha1 "kollect.dev/kollect/pkg/generated/applyconfiguration/kollect/v1alpha1"
 )
 
 const (
@@ -28,9 +29,9 @@ const (
 	breakerThreshold = 3
 	// applyBatch is the most changes one database transaction carries.
 	applyBatch = 1000
-	// secretMaxAge is how long a sink client built from a Secret is used
-	// before the Secret is read again (rotation).
-	secretMaxAge = 5 * time.Minute
+	// DefaultClientMaxAge is how long a sink client built from a Secret is
+	// used before the Secret is read again (rotation).
+	DefaultClientMaxAge = 5 * time.Minute
 )
 
 // exporterKey names one (inventory, sink) pair.
@@ -45,65 +46,73 @@ func (k exporterKey) String() string {
 	return fmt.Sprintf("%s -> %s/%s/%s", k.inv, k.family, k.namespace, k.name)
 }
 
+// host is what an exporter needs from its controller, and all it may
+// reach: its configuration for a run, a connected sink, its own status
+// entry, Warning Events and the settings of this leadership term.
+type host interface {
+	resolve(ctx context.Context, k exporterKey) (*resolved, error)
+	connect(ctx context.Context, obj *sinkObject) (*sinkClient, error)
+	applyEntry(ctx context.Context, k exporterKey, entry *applyv1alpha1.SinkExportStatusApplyConfiguration) error
+	warn(k invKey, reason, note string)
+	settings() settings
+}
+
+// settings are the exporters' fixed parameters.
+type settings struct {
+	// epoch is this leadership term's (the Lease's acquire time, µs).
+	epoch int64
+	// watchdog is how often an idle exporter with interval 0s writes status.
+	watchdog time.Duration
+	// clientMaxAge is how long a sink client built from a Secret is used
+	// before it is built again (Secret rotation).
+	clientMaxAge time.Duration
+}
+
 // exporter follows one inventory's view and delivers it to one sink. Its
 // goroutine is the only one that talks to the sink or writes the sink's
-// status entry; a failing sink therefore delays nobody else.
+// status entry; a failing sink therefore delays nobody else. What the sink
+// is owed lives in the subscription, which nothing but a delivery the sink
+// acknowledged empties: not a client rebuild, an error, a revoked grant.
 type exporter struct {
-	c    *Controller
-	key  exporterKey
-	view *view
-	// dirty holds the keys changed since the last run; guarded by view.mu.
-	dirty map[string]*sink.Item
-	wake  chan struct{}
+	h   host
+	key exporterKey
+	sub *subscription
 
 	cancel context.CancelFunc
 	done   chan struct{}
 
 	// What follows belongs to the exporter's goroutine.
-	seeded         bool
+	seeded bool
+	// known: the sink acknowledged a delivery from this exporter, so it
+	// holds what the subscription says. Until then a database sink is
+	// diffed and an event sink resynced.
+	known bool
+	// sinkSpec identifies the sink spec (UID and generation) the exporter
+	// delivered to: another spec may be another destination.
+	sinkSpec string
+	// respec: the sink's spec or Secret changed since the last delivery.
+	respec bool
+	// secretVersion is the resourceVersion of the Secret the client was
+	// built from: a changed Secret may name another destination too.
+	secretVersion  string
+	cursor         string
 	lastChecksum   string
 	lastGeneration int64
 	lastExport     time.Time
+	lastReport     time.Time
 	failures       int
 	notBefore      time.Time
-	// held is what a database or event sink holds: item UID → item (for
-	// database sinks read back from the table, so only UID and Hash are set).
-	// nil until known.
-	held   map[string]*sink.Item
-	client *sinkClient
+	client         *sinkClient
 }
 
-func newExporter(c *Controller, key exporterKey, v *view) *exporter {
-	return &exporter{
-		c:     c,
-		key:   key,
-		view:  v,
-		dirty: map[string]*sink.Item{},
-		wake:  make(chan struct{}, 1),
-		done:  make(chan struct{}),
-	}
+func newExporter(h host, key exporterKey, v *view) *exporter {
+	return &exporter{h: h, key: key, sub: v.subscribe(), done: make(chan struct{})}
 }
 
-// markDirtyLocked records a changed key (view.mu held). The first "before"
-// of a key since the last run is kept: it is what the sink may hold.
-func (e *exporter) markDirtyLocked(key string, before *sink.Item) {
-	if _, ok := e.dirty[key]; !ok {
-		e.dirty[key] = before
-	}
-	e.poke()
-}
-
-// poke asks for a run; it never blocks.
-func (e *exporter) poke() {
-	select {
-	case e.wake <- struct{}{}:
-	default:
-	}
-}
+func (e *exporter) poke() { e.sub.poke() }
 
 func (e *exporter) start(ctx context.Context) {
 	ctx, e.cancel = context.WithCancel(ctx)
-	e.view.subscribe(e)
 	go e.loop(ctx)
 }
 
@@ -111,12 +120,16 @@ func (e *exporter) start(ctx context.Context) {
 func (e *exporter) stop() {
 	e.cancel()
 	<-e.done
-	e.view.unsubscribe(e)
+	e.sub.close()
+	e.closeClient()
+	metrics.BreakerOpen.DeleteLabelValues(string(e.key.family), e.key.namespace+"/"+e.key.name)
+}
+
+func (e *exporter) closeClient() {
 	if e.client != nil {
 		_ = e.client.Close()
 		e.client = nil
 	}
-	metrics.BreakerOpen.DeleteLabelValues(string(e.key.family), e.key.namespace+"/"+e.key.name)
 }
 
 func (e *exporter) loop(ctx context.Context) {
@@ -129,7 +142,7 @@ func (e *exporter) loop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-e.wake:
+		case <-e.sub.wake:
 			if time.Now().Before(e.notBefore) {
 				continue // backing off: the timer fires at notBefore
 			}
@@ -150,24 +163,23 @@ func (e *exporter) loop(ctx context.Context) {
 
 // runOnce does one export decision and returns when to run next at the latest.
 func (e *exporter) runOnce(ctx context.Context) time.Time {
+	set := e.h.settings()
 	now := time.Now()
-	watchdog := now.Add(e.c.watchdog)
-	cfg, err := e.c.resolve(ctx, e.key)
+	watchdog := now.Add(set.watchdog)
+	cfg, err := e.h.resolve(ctx, e.key)
 	if err != nil {
 		var rf *resolveFailure
 		if errors.As(err, &rf) {
 			// A broken reference exports nothing until it resolves again,
 			// and keeps no connection: a client built from a Secret the
 			// sink's requester may no longer read must not be used again.
-			if e.client != nil {
-				_ = e.client.Close()
-				e.client, e.held = nil, nil
+			// What the sink is owed stays owed.
+			e.closeClient()
+			if !cfg.entrySays(v1alpha1.OutcomeFailed, rf.reason, rf.message) {
+				// A transition: say it once, in an Event and the entry.
+				e.h.warn(e.key.inv, rf.reason, fmt.Sprintf("%s %s/%s: %s", e.key.family, e.key.namespace, e.key.name, rf.message))
+				e.report(ctx, cfg, entryUpdate{outcome: v1alpha1.OutcomeFailed, reason: rf.reason, message: rf.message})
 			}
-			// The first run that finds it broken says so in an Event.
-			if cfg.entry == nil || cfg.entry.Reason != rf.reason {
-				e.c.warn(e.key.inv, rf.reason, fmt.Sprintf("%s %s/%s: %s", e.key.family, e.key.namespace, e.key.name, rf.message))
-			}
-			e.report(ctx, cfg, entryUpdate{outcome: v1alpha1.OutcomeFailed, reason: rf.reason, message: rf.message})
 			return watchdog
 		}
 		if ctx.Err() == nil {
@@ -180,51 +192,75 @@ func (e *exporter) runOnce(ctx context.Context) time.Time {
 	if !e.seeded {
 		e.seed(cfg)
 	}
-
-	if err := e.ensureClient(ctx, cfg); err != nil {
+	if spec := fingerprintOf(cfg.sink); spec != e.sinkSpec {
+		// A new sink spec may name another destination: find out what
+		// it holds (diff or resync) before sending deltas, and write a
+		// snapshot there even when nothing changed.
+		e.respec = e.sinkSpec != ""
+		e.sinkSpec, e.known = spec, false
+	}
+	if err := e.ensureClient(ctx, cfg, set); err != nil {
 		return e.failed(ctx, cfg, nil, "SinkUnavailable", err)
 	}
 
-	st := e.view.take(e)
-	changed := st.checksum != e.lastChecksum
+	sum := e.sub.peek()
+	if sum.restate {
+		// The selection changed: restate the whole set (take hands the
+		// flag over with the batch; a failure gives it back).
+		e.known = false
+	}
+	changed := sum.owed > 0 || sum.checksum != e.lastChecksum
 	bumped := cfg.generation != e.lastGeneration
 	act, due := decide(now, e.lastExport, cfg.interval, changed, bumped)
-	if e.key.family != v1alpha1.SinkFamilySnapshot && e.held == nil {
-		// First run of a row or event sink since this replica started:
-		// find out what the sink holds before deciding what to send.
-		if act == actDebounce {
-			act = actDelta
-		}
+	if act == actDebounce && ((!e.known && e.key.family != v1alpha1.SinkFamilySnapshot) || e.respec) {
+		// First run of a row or event sink since this exporter started,
+		// or a sink whose spec (or Secret) changed: bring it up to date
+		// before anything else.
+		act = actDelta
 	}
 
 	if act == actDebounce {
 		metrics.ExportDebounced.Inc()
 		metrics.SinkExports.WithLabelValues(string(e.key.family), cfg.sinkType, metrics.ResultDebounced).Inc()
-		e.report(ctx, cfg, entryUpdate{outcome: v1alpha1.OutcomeDebounced, checksum: e.lastChecksum, count: st.count, due: due,
-			message: debounceMessage(cfg.interval)})
+		// At rest only the watchdog writes status, and only when nothing
+		// is ever due (interval 0s): a due re-export writes its own. A
+		// new effective interval (a Scope's floor, a sink's default) is a
+		// transition the entry must show at once.
+		moved := cfg.entry == nil || cfg.entry.EffectiveInterval == nil || cfg.entry.EffectiveInterval.Duration != cfg.interval ||
+			// Another writer's entry (a former leader's last word): the
+			// sink is fine and holds what this exporter delivered.
+			(e.known && cfg.entry.Outcome == v1alpha1.OutcomeFailed && e.failures == 0) || cfg.entry.LastChecksum != e.lastChecksum
+		if moved || (cfg.interval <= 0 && now.Sub(e.lastReport) >= set.watchdog*9/10) {
+			e.report(ctx, cfg, entryUpdate{outcome: v1alpha1.OutcomeDebounced, checksum: e.lastChecksum, count: sum.count, due: due,
+				message: debounceMessage(cfg.interval)})
+		}
 		return earliest(due, watchdog)
 	}
 
+	full := act == actFull
+	b := e.sub.take(e.client.needsLiveSet(e.known, full))
 	runCtx, cancel := context.WithTimeout(ctx, exportTimeout)
 	defer cancel()
 	start := time.Now()
-	wrote, bytes, err := e.export(runCtx, cfg, act, st)
+	wrote, err := e.client.deliver(runCtx, &delivery{inv: cfg.inventory, b: b, known: e.known, full: full,
+		generation: cfg.generation, epoch: set.epoch, acked: e.cursor})
 	if err != nil {
-		return e.failed(ctx, cfg, st.changed, "ExportFailed", err)
+		return e.failed(ctx, cfg, b, "ExportFailed", err)
 	}
 	metrics.ExportDuration.WithLabelValues(cfg.sinkType).Observe(time.Since(start).Seconds())
-	metrics.ExportBytes.WithLabelValues(cfg.sinkType).Add(float64(bytes))
+	metrics.ExportBytes.WithLabelValues(cfg.sinkType).Add(float64(batchBytes(b)))
 	metrics.SinkExports.WithLabelValues(string(e.key.family), cfg.sinkType, metrics.ResultExported).Inc()
 	if e.failures >= breakerThreshold {
 		klog.FromContext(ctx).Info("Sink recovered; closing its breaker", "failures", e.failures)
 	}
 	e.failures, e.notBefore = 0, time.Time{}
 	metrics.BreakerOpen.WithLabelValues(string(e.key.family), e.key.namespace+"/"+e.key.name).Set(0)
-	e.lastChecksum, e.lastGeneration = st.checksum, cfg.generation
+	// The sink acknowledged the batch: what it describes is now true of it.
+	e.known, e.respec, e.cursor, e.lastChecksum, e.lastGeneration = true, false, b.cursor, b.checksum, cfg.generation
 	exportedAt := now
 	if act == actDelta && !wrote && !changed {
-		// Nothing needed writing (changes that cancelled out): the last
-		// export still stands, and so does its due time.
+		// Nothing needed writing: the last export still stands, and so
+		// does its due time.
 		exportedAt = e.lastExport
 	}
 	if exportedAt.IsZero() {
@@ -232,7 +268,7 @@ func (e *exporter) runOnce(ctx context.Context) time.Time {
 	}
 	e.lastExport = exportedAt
 	_, due = decide(now, e.lastExport, cfg.interval, false, false)
-	e.report(ctx, cfg, entryUpdate{outcome: v1alpha1.OutcomeExported, checksum: st.checksum, count: st.count, due: due,
+	e.report(ctx, cfg, entryUpdate{outcome: v1alpha1.OutcomeExported, checksum: b.checksum, count: b.count, due: due,
 		exportedAt: exportedAt, message: exportMessage(act, wrote)})
 	return earliest(due, watchdog)
 }
@@ -265,35 +301,47 @@ func earliest(a, b time.Time) time.Time {
 }
 
 // seed restores the debounce state from the exporter's own status entry,
-// so that a restart neither re-exports an unchanged payload early nor
-// forgets a pending generation.
+// so that a restart neither re-exports an unchanged snapshot early nor
+// forgets a pending generation. What a row or event sink holds is not
+// taken from status: the exporter finds out (diff or resync).
 func (e *exporter) seed(cfg *resolved) {
 	e.seeded = true
 	if cfg.entry == nil {
 		return
 	}
 	e.lastGeneration = cfg.entry.ObservedGeneration
-	if cfg.entry.Outcome != v1alpha1.OutcomeFailed || cfg.entry.LastChecksum != "" {
-		e.lastChecksum = cfg.entry.LastChecksum
-	}
+	e.lastChecksum = cfg.entry.LastChecksum
+	e.cursor = cfg.entry.Cursor
 	if cfg.entry.LastExportTime != nil {
 		e.lastExport = cfg.entry.LastExportTime.Time
 	}
 	e.failures = int(cfg.entry.ConsecutiveFailures)
 }
 
-// failed records a failed run: the changes go back to the dirty set, the
-// next attempt waits for an exponential backoff, and the first failure of
-// a streak emits a Warning Event.
-func (e *exporter) failed(ctx context.Context, cfg *resolved, changed map[string]*sink.Item, reason string, err error) time.Time {
-	if changed != nil {
-		e.view.giveBack(e, changed)
+// failed records a failed run: the batch is owed again, the next attempt
+// waits for an exponential backoff, and the first failure of a streak
+// emits a Warning Event.
+func (e *exporter) failed(ctx context.Context, cfg *resolved, b *batch, reason string, err error) time.Time {
+	if b != nil {
+		e.sub.giveBack(b)
+		// A failed delivery may have partly landed (a transaction whose
+		// commit was not acknowledged, events stored or processed before
+		// an error or a lost answer): the sink may hold items the
+		// subscription does not record. The next run diffs or resyncs.
+		e.known = false
 	}
-	if errors.Is(err, sink.ErrPermanent) && e.client != nil {
+	if errors.Is(err, sink.ErrPermanent) {
 		// A configuration or credential problem: build the client again
 		// (re-reading the Secret) on the next attempt.
-		_ = e.client.Close()
-		e.client = nil
+		e.closeClient()
+	}
+	if errors.Is(err, sink.ErrFenced) {
+		// A newer leader wrote to the sink: this replica no longer leads
+		// and its term ends shortly. It writes no status either: the
+		// entry is the new leader's to write.
+		klog.FromContext(ctx).Info("A newer leader wrote to the sink; not exporting or reporting", "err", e.client.scrub(err.Error()))
+		e.notBefore = time.Now().Add(backoffMax)
+		return e.notBefore
 	}
 	e.failures++
 	backoff := min(backoffMax, backoffMin<<min(e.failures-1, 16))
@@ -303,7 +351,7 @@ func (e *exporter) failed(ctx context.Context, cfg *resolved, changed map[string
 	if e.failures >= breakerThreshold {
 		metrics.BreakerOpen.WithLabelValues(string(e.key.family), e.key.namespace+"/"+e.key.name).Set(1)
 	}
-	msg := e.scrub(err.Error())
+	msg := e.client.scrub(err.Error())
 	if c := sink.Classify(err); c.Outcome == sink.OutcomeAddressForbidden {
 		// What a probe shows too: the host as the sink names it, not the
 		// address the server's DNS gave for it.
@@ -311,175 +359,22 @@ func (e *exporter) failed(ctx context.Context, cfg *resolved, changed map[string
 	}
 	klog.FromContext(ctx).Info("Export failed", "failures", e.failures, "retryIn", backoff.Round(time.Millisecond), "err", msg)
 	if e.failures == 1 {
-		e.c.warn(e.key.inv, reason, fmt.Sprintf("export to %s %s/%s failed: %s", e.key.family, e.key.namespace, e.key.name, msg))
+		e.h.warn(e.key.inv, reason, fmt.Sprintf("export to %s %s/%s failed: %s", e.key.family, e.key.namespace, e.key.name, msg))
 	}
 	e.report(ctx, cfg, entryUpdate{outcome: v1alpha1.OutcomeFailed, reason: reason, message: msg, checksum: e.lastChecksum})
 	return e.notBefore
 }
 
-// export writes to the sink. It returns whether the destination changed
-// and how many payload bytes were handed over.
-func (e *exporter) export(ctx context.Context, cfg *resolved, act action, st state) (bool, int, error) {
-	inv := cfg.inventory
-	switch e.key.family {
-	case v1alpha1.SinkFamilySnapshot:
-		items, sum := e.view.sorted()
-		env := &sink.Envelope{
-			SchemaVersion: sink.SchemaVersion,
-			Checksum:      sum,
-			Generation:    cfg.generation,
-			ItemCount:     len(items),
-			ExportedAt:    time.Now().UTC().Truncate(time.Second),
-			Cluster:       e.c.cfg.ClusterName,
-			Inventory:     inv,
-			Items:         items,
-		}
-		wrote, err := e.client.snapshot.Write(ctx, inv, env)
-		return wrote, approxBytes(items), err
-
-	case v1alpha1.SinkFamilyDatabase:
-		if e.held == nil || act == actFull {
-			held, _, err := e.client.database.State(ctx, inv)
-			if err != nil {
-				return false, 0, err
-			}
-			e.held = make(map[string]*sink.Item, len(held))
-			for uid, hash := range held {
-				e.held[uid] = &sink.Item{UID: uid, Hash: hash}
-			}
-			// Any row may have been edited by hand: a full sync rewrites
-			// them all (the sink skips rows that are identical).
-			return e.applyAll(ctx, cfg, e.fullChanges(act == actFull))
-		}
-		return e.applyAll(ctx, cfg, e.deltaChanges(st.changed))
-
-	default: // Event
-		var changes []sink.Change
-		switch {
-		case e.held == nil:
-			e.held = e.assumeHeld(cfg)
-			changes = e.fullChanges(act == actFull)
-		case act == actFull:
-			changes = e.fullChanges(true)
-		default:
-			changes = e.deltaChanges(st.changed)
-		}
-		if len(changes) == 0 {
-			return false, 0, nil
-		}
-		for i := 0; i < len(changes); i += applyBatch {
-			part := changes[i:min(i+applyBatch, len(changes))]
-			if err := e.client.event.Publish(ctx, inv, part); err != nil {
-				return false, 0, err
-			}
-			e.commitHeld(part)
-		}
-		return true, changesBytes(changes), nil
-	}
-}
-
-// assumeHeld is what an event sink holds when this replica starts
-// exporting to it: the view as of the last reported export when the
-// checksum matches; otherwise the items whose resourceVersion is not newer
-// than the reported cursor, so that newer ones are published again (their
-// idempotency keys make repeats harmless).
-func (e *exporter) assumeHeld(cfg *resolved) map[string]*sink.Item {
-	items, sum := e.view.sorted()
-	held := make(map[string]*sink.Item, len(items))
-	var cursor uint64
-	if cfg.entry != nil {
-		_, _ = fmt.Sscan(cfg.entry.Cursor, &cursor)
-	}
-	for _, it := range items {
-		var rv uint64
-		_, _ = fmt.Sscan(it.ResourceVersion, &rv)
-		if sum == e.lastChecksum || (cursor > 0 && rv <= cursor) {
-			held[it.UID] = it
-		}
-	}
-	return held
-}
-
-// deltaChanges turns the changed keys into the changes the sink lacks,
-// comparing with what it holds.
-func (e *exporter) deltaChanges(changed map[string]*sink.Item) []sink.Change {
-	var out []sink.Change
-	for key, before := range changed {
-		cur := e.view.get(key)
-		if before != nil && (cur == nil || cur.UID != before.UID) {
-			if _, ok := e.held[before.UID]; ok {
-				out = append(out, sink.Change{Op: sink.Delete, Item: before})
-			}
-		}
-		if cur != nil {
-			if h, ok := e.held[cur.UID]; !ok || h.Hash != cur.Hash {
-				out = append(out, sink.Change{Op: sink.Upsert, Item: cur})
-			}
-		}
-	}
-	return out
-}
-
-// fullChanges compares the whole view with what the sink holds: upserts
-// for what it lacks (every item when all is set) and deletes for what it
-// holds beyond the view.
-func (e *exporter) fullChanges(all bool) []sink.Change {
-	items, _ := e.view.sorted()
-	seen := make(map[string]struct{}, len(items))
-	var out []sink.Change
-	for _, it := range items {
-		seen[it.UID] = struct{}{}
-		if h, ok := e.held[it.UID]; all || !ok || h.Hash != it.Hash {
-			out = append(out, sink.Change{Op: sink.Upsert, Item: it})
-		}
-	}
-	for uid, it := range e.held {
-		if _, ok := seen[uid]; !ok {
-			out = append(out, sink.Change{Op: sink.Delete, Item: it})
-		}
-	}
-	return out
-}
-
-// applyAll applies changes to a database sink in transactions of at most
-// applyBatch changes; each stores the cursor, and what committed is
-// recorded as held, so a failure part-way resumes where it stopped.
-func (e *exporter) applyAll(ctx context.Context, cfg *resolved, changes []sink.Change) (bool, int, error) {
-	if len(changes) == 0 {
-		return false, 0, nil
-	}
-	for i := 0; i < len(changes); i += applyBatch {
-		part := changes[i:min(i+applyBatch, len(changes))]
-		if err := e.client.database.Apply(ctx, cfg.inventory, part, e.c.itemsCursor(e.key.inv)); err != nil {
-			return i > 0, 0, err
-		}
-		e.commitHeld(part)
-	}
-	return true, changesBytes(changes), nil
-}
-
-func (e *exporter) commitHeld(changes []sink.Change) {
-	for _, c := range changes {
-		if c.Op == sink.Delete {
-			delete(e.held, c.Item.UID)
-		} else {
-			e.held[c.Item.UID] = c.Item
-		}
-	}
-}
-
-func approxBytes(items []*sink.Item) int {
+func batchBytes(b *batch) int {
 	n := 0
-	for _, it := range items {
+	add := func(it *sink.Item) {
 		n += len(it.Attributes) + len(it.Object) + len(it.Name) + len(it.Hash) + 64
 	}
-	return n
-}
-
-func changesBytes(changes []sink.Change) int {
-	n := 0
-	for _, c := range changes {
-		n += len(c.Item.Attributes) + len(c.Item.Object) + len(c.Item.Name) + len(c.Item.Hash) + 64
+	for _, c := range b.changes {
+		add(c.Item)
+	}
+	for _, it := range b.items {
+		add(it)
 	}
 	return n
 }
@@ -507,8 +402,11 @@ func (e *exporter) report(ctx context.Context, cfg *resolved, u entryUpdate) {
 	entry.WithObservedGeneration(cfg.generation).
 		WithOutcome(u.outcome).
 		WithLastAttemptTime(now).
-		WithConsecutiveFailures(int32(min(e.failures, 1<<30))).
-		WithCursor(e.c.itemsCursor(e.key.inv))
+		WithConsecutiveFailures(int32(min(e.failures, 1<<30)))
+	if e.cursor != "" {
+		// Only what the sink acknowledged.
+		entry.WithCursor(e.cursor)
+	}
 	if u.outcome != v1alpha1.OutcomeFailed {
 		entry.WithItemCount(int64(u.count))
 	}
@@ -530,9 +428,13 @@ func (e *exporter) report(ctx context.Context, cfg *resolved, u entryUpdate) {
 	if !u.due.IsZero() {
 		entry.WithNextDueTime(metav1.NewTime(u.due))
 	}
-	if err := e.c.applyEntry(ctx, e.key, entry); err != nil && ctx.Err() == nil {
-		klog.FromContext(ctx).V(2).Info("Writing the status entry failed", "err", err)
+	if err := e.h.applyEntry(ctx, e.key, entry); err != nil {
+		if ctx.Err() == nil {
+			klog.FromContext(ctx).V(2).Info("Writing the status entry failed", "err", err)
+		}
+		return
 	}
+	e.lastReport = time.Now()
 }
 
 func truncate(s string, n int) string {

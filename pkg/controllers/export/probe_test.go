@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"net/netip"
 	"strings"
 	"testing"
@@ -26,7 +27,7 @@ func TestProbeOutcome(t *testing.T) {
 	refusal := &netguard.Error{Host: "hooks.example.com", Addr: netip.MustParseAddr("10.1.2.3"), Class: netguard.Private}
 	for _, tc := range []struct {
 		name    string
-		obj     any
+		obj     metav1.Object
 		err     error
 		built   bool
 		outcome sink.Outcome
@@ -48,14 +49,11 @@ func TestProbeOutcome(t *testing.T) {
 		{"secret forbidden", db, &tenancy.Denial{Reason: v1alpha1.ReasonSecretForbidden, Message: `user "alice" may not get Secret team-a/db`}, false,
 			sink.OutcomeSecretForbidden, `user "alice" may not get Secret team-a/db`},
 	} {
-		var outcome sink.Outcome
-		var msg string
-		switch o := tc.obj.(type) {
-		case *v1alpha1.EventSink:
-			outcome, msg = probeOutcome(o, tc.err, tc.built)
-		case *v1alpha1.DatabaseSink:
-			outcome, msg = probeOutcome(o, tc.err, tc.built)
+		obj, err := sinkObjectOf(tc.obj)
+		if err != nil {
+			t.Fatal(err)
 		}
+		outcome, msg := probeOutcome(obj, tc.err, tc.built)
 		if outcome != tc.outcome || !strings.Contains(msg, tc.message) {
 			t.Errorf("%s: %s %q, want %s with %q", tc.name, outcome, msg, tc.outcome, tc.message)
 		}

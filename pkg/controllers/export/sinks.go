@@ -17,47 +17,28 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
-	"kollect.dev/kollect/pkg/controllers/export/sink/file"
-	"kollect.dev/kollect/pkg/controllers/export/sink/git"
-	"kollect.dev/kollect/pkg/controllers/export/sink/nats"
-	"kollect.dev/kollect/pkg/controllers/export/sink/postgres"
-	"kollect.dev/kollect/pkg/controllers/export/sink/webhook"
 	applyv1alpha1 "kollect.dev/kollect/pkg/generated/applyconfiguration/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
-// sinkClient is a connected sink of one family, with what it was built
-// from: a changed sink spec or Secret builds a new one.
+// sinkClient is a connected sink with what it was built from: a changed
+// sink spec, or age (the Secret is read again), builds a new one.
 type sinkClient struct {
-	snapshot sink.SnapshotSink
-	database sink.DatabaseSink
-	event    sink.EventSink
+	*adapter
 
 	fingerprint string
 	builtAt     time.Time
 	secret      sink.Secret
-}
-
-func (s *sinkClient) prober() sink.Prober {
-	switch {
-	case s.snapshot != nil:
-		return s.snapshot
-	case s.database != nil:
-		return s.database
-	default:
-		return s.event
-	}
+	// secretVersion is the Secret's resourceVersion ("" without one).
+	secretVersion string
 }
 
 // Close releases the sink's connections.
 func (s *sinkClient) Close() error {
-	if s == nil {
+	if s == nil || s.adapter == nil {
 		return nil
 	}
-	if p := s.prober(); p != nil {
-		return p.Close()
-	}
-	return nil
+	return s.adapter.Close()
 }
 
 // scrub replaces every Secret value in msg: sinks scrub their own errors,
@@ -73,90 +54,59 @@ func (s *sinkClient) scrub(msg string) string {
 	return sink.RedactString(msg, values)
 }
 
-func (e *exporter) scrub(msg string) string { return e.client.scrub(msg) }
-
 // ensureClient (re)builds the exporter's sink client when the sink's spec
-// or Secret changed, or when the Secret was last read long ago.
-func (e *exporter) ensureClient(ctx context.Context, cfg *resolved) error {
-	if e.client != nil && e.client.fingerprint == fingerprintOf(cfg.sinkObj) && time.Since(e.client.builtAt) < secretMaxAge {
+// changed, or when the Secret was last read long ago. What the sink is
+// owed does not depend on the client: nothing is forgotten here.
+func (e *exporter) ensureClient(ctx context.Context, cfg *resolved, set settings) error {
+	if e.client != nil && e.client.fingerprint == fingerprintOf(cfg.sink) && time.Since(e.client.builtAt) < set.clientMaxAge {
 		return nil
 	}
-	client, err := e.c.buildClient(ctx, e.key, cfg.sinkObj)
+	client, err := e.h.connect(ctx, cfg.sink)
 	if err != nil {
 		return err
 	}
-	if e.client != nil {
-		_ = e.client.Close()
-	}
+	e.closeClient()
 	e.client = client
-	// What the old client's sink held may not be what the new one holds
-	// (another endpoint, database or table): find out again.
-	e.held = nil
+	if client.secretVersion != e.secretVersion {
+		if e.secretVersion != "" {
+			// A changed Secret may name another destination (a DSN):
+			// restate everything there, as after a spec change.
+			e.known, e.respec = false, true
+		}
+		e.secretVersion = client.secretVersion
+	}
 	return nil
 }
 
 // fingerprintOf identifies the sink spec a client was built from, so that
 // a spec edit rebuilds it at once; the Secret is re-read by age instead
-// (secretMaxAge), which keeps GETs of Secrets off the export path.
-func fingerprintOf(obj metav1.Object) string {
+// (--sink-client-max-age), which keeps GETs of Secrets off the export path.
+func fingerprintOf(obj *sinkObject) string {
 	return string(obj.GetUID()) + "/" + fmt.Sprint(obj.GetGeneration())
 }
 
-// buildClient constructs the sink of an exporter key.
-func (c *Controller) buildClient(ctx context.Context, k exporterKey, obj metav1.Object) (*sinkClient, error) {
-	secret, _, err := c.readSecret(ctx, obj)
+// connect builds a sink client through its family's registry, with the
+// sink's Secret read on its requester's authority (readSecret).
+func (c *Controller) connect(ctx context.Context, obj *sinkObject) (*sinkClient, error) {
+	secret, version, err := c.readSecret(ctx, obj)
 	if err != nil {
 		return nil, err
 	}
-	out := &sinkClient{fingerprint: fingerprintOf(obj), builtAt: time.Now(), secret: secret}
-	switch o := obj.(type) {
-	case *v1alpha1.SnapshotSink:
-		switch o.Spec.Type {
-		case v1alpha1.SnapshotSinkFile:
-			out.snapshot, err = file.New(&o.Spec, file.Location{Root: c.cfg.FileSinkRoot, Namespace: o.Namespace})
-		case v1alpha1.SnapshotSinkGit:
-			// Admission refuses file:// without the flag; a sink admitted
-			// by a server that had it, or before the flag existed, is
-			// refused here.
-			if isLocalEndpoint(o.Spec.Endpoint) && !c.cfg.AllowLocalGitSinks {
-				err = fmt.Errorf("git repositories on the server's file system (file://) are disabled: the server runs without --allow-local-git-sinks: %w", sink.ErrPermanent)
-				break
-			}
-			out.snapshot, err = git.New(&o.Spec, secret, filepath.Join(c.cfg.StateDir, "git", string(o.UID)), c.cfg.Dialer)
-		default:
-			err = fmt.Errorf("unknown SnapshotSink type %q: %w", o.Spec.Type, sink.ErrPermanent)
-		}
-	case *v1alpha1.DatabaseSink:
-		switch o.Spec.Type {
-		case v1alpha1.DatabaseSinkPostgres:
-			out.database, err = postgres.New(ctx, &o.Spec, secret, c.cfg.Dialer)
-		default:
-			err = fmt.Errorf("unknown DatabaseSink type %q: %w", o.Spec.Type, sink.ErrPermanent)
-		}
-	case *v1alpha1.EventSink:
-		switch o.Spec.Type {
-		case v1alpha1.EventSinkNATS:
-			out.event, err = nats.New(&o.Spec, secret, c.cfg.Dialer)
-		case v1alpha1.EventSinkWebhook:
-			out.event, err = webhook.New(&o.Spec, secret, c.cfg.Dialer)
-		default:
-			err = fmt.Errorf("unknown EventSink type %q: %w", o.Spec.Type, sink.ErrPermanent)
-		}
-	default:
-		err = fmt.Errorf("unexpected sink object %T", obj)
-	}
+	out := &sinkClient{fingerprint: fingerprintOf(obj), builtAt: time.Now(), secret: secret, secretVersion: version}
+	out.adapter, err = obj.build(ctx, sink.Params{
+		Namespace:    obj.GetNamespace(),
+		UID:          string(obj.GetUID()),
+		Secret:       secret,
+		Dialer:       c.cfg.Dialer,
+		StateDir:     filepath.Join(c.cfg.StateDir, "git", string(obj.GetUID())),
+		FileSinkRoot: c.cfg.FileSinkRoot,
+		AllowLocal:   c.cfg.AllowLocalGitSinks,
+	})
 	if err != nil {
 		// The class survives the scrubbing: probes and status show it.
 		return nil, sink.WithOutcome(errors.New(out.scrub(err.Error())), err)
 	}
 	return out, nil
-}
-
-// isLocalEndpoint reports whether a URL names the server's file system.
-// One that does not parse is not local; the sink refuses it itself.
-func isLocalEndpoint(endpoint string) bool {
-	u, err := url.Parse(endpoint)
-	return err == nil && u.Scheme == "file"
 }
 
 // sinkKey names a sink object.
@@ -177,24 +127,31 @@ func (c *Controller) reprobeLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		add := func(family v1alpha1.SinkFamily, objs []metav1.Object) {
-			for _, o := range objs {
-				c.probes.Add(sinkKey{family: family, namespace: o.GetNamespace(), name: o.GetName()})
-			}
+		for _, o := range c.allSinks() {
+			c.probes.Add(sinkKey{family: o.family, namespace: o.GetNamespace(), name: o.GetName()})
 		}
-		ss, _ := c.snapshotSinks.List(labels.Everything())
-		ds, _ := c.databaseSinks.List(labels.Everything())
-		es, _ := c.eventSinks.List(labels.Everything())
-		add(v1alpha1.SinkFamilySnapshot, toMeta(ss))
-		add(v1alpha1.SinkFamilyDatabase, toMeta(ds))
-		add(v1alpha1.SinkFamilyEvent, toMeta(es))
 	}
 }
 
-func toMeta[T metav1.Object](in []T) []metav1.Object {
-	out := make([]metav1.Object, len(in))
-	for i, o := range in {
-		out[i] = o
+// allSinks lists every sink of the three families from the caches.
+func (c *Controller) allSinks() []*sinkObject {
+	ss, _ := c.snapshotSinks.List(labels.Everything())
+	ds, _ := c.databaseSinks.List(labels.Everything())
+	es, _ := c.eventSinks.List(labels.Everything())
+	out := make([]*sinkObject, 0, len(ss)+len(ds)+len(es))
+	add := func(obj metav1.Object) {
+		if o, err := sinkObjectOf(obj); err == nil {
+			out = append(out, o)
+		}
+	}
+	for _, o := range ss {
+		add(o)
+	}
+	for _, o := range ds {
+		add(o)
+	}
+	for _, o := range es {
+		add(o)
 	}
 	return out
 }
@@ -212,16 +169,16 @@ func (c *Controller) processProbe(ctx context.Context) bool {
 }
 
 func (c *Controller) probe(ctx context.Context, key sinkKey) {
-	obj, err := c.sinkObject(exporterKey{family: key.family, namespace: key.namespace, name: key.name})
+	obj, err := c.sinkObject(key)
 	if err != nil || obj.GetDeletionTimestamp() != nil {
 		return
 	}
 	start := time.Now()
-	client, err := c.buildClient(ctx, exporterKey{family: key.family, namespace: key.namespace, name: key.name}, obj)
+	client, err := c.connect(ctx, obj)
 	built := err == nil
 	if built {
 		pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		err = client.prober().Probe(pctx)
+		err = client.Probe(pctx)
 		cancel()
 		if err != nil {
 			err = sink.WithOutcome(errors.New(client.scrub(err.Error())), err)
@@ -235,7 +192,7 @@ func (c *Controller) probe(ctx context.Context, key sinkKey) {
 	cond := metav1apply.Condition().WithType(v1alpha1.ConditionReady).WithObservedGeneration(obj.GetGeneration()).WithLastTransitionTime(now)
 	switch {
 	case err == nil:
-		if insecure(obj) {
+		if obj.tls != nil && obj.tls.InsecureSkipVerify {
 			msg += "; WARNING: tls.insecureSkipVerify is set, the server's identity is not verified"
 		}
 		cond.WithStatus(metav1.ConditionTrue).WithReason(v1alpha1.ReasonProbeSucceeded)
@@ -252,30 +209,13 @@ func (c *Controller) probe(ctx context.Context, key sinkKey) {
 	probe.WithMessage(msg)
 	cond.WithMessage(msg)
 	// Keep lastTransitionTime when Ready does not flip.
-	if prev := readyCondition(obj); prev != nil && (prev.Status == metav1.ConditionTrue) == (err == nil) {
+	if prev := obj.ready(); prev != nil && (prev.Status == metav1.ConditionTrue) == (err == nil) {
 		cond.WithLastTransitionTime(prev.LastTransitionTime)
 	}
 	status := applyv1alpha1.SinkStatus().WithObservedGeneration(obj.GetGeneration()).WithProbe(probe).WithConditions(cond)
-	if aerr := c.applySinkStatus(ctx, key, status, "kollect-sink-prober"); aerr != nil && !apierrors.IsNotFound(aerr) && ctx.Err() == nil {
+	if aerr := applySinkStatus(ctx, c.kollect, key, status, "kollect-sink-prober"); aerr != nil && !apierrors.IsNotFound(aerr) && ctx.Err() == nil {
 		klog.FromContext(ctx).V(2).Info("Writing a probe result failed", "sink", key, "err", aerr)
 	}
-}
-
-// applySinkStatus applies the status fields of one field manager to a
-// sink of any family.
-func (c *Controller) applySinkStatus(ctx context.Context, key sinkKey, status *applyv1alpha1.SinkStatusApplyConfiguration, manager string) error {
-	opts := metav1.ApplyOptions{FieldManager: manager, Force: true}
-	api := c.kollect.KollectV1alpha1()
-	var err error
-	switch key.family {
-	case v1alpha1.SinkFamilySnapshot:
-		_, err = api.SnapshotSinks(key.namespace).ApplyStatus(ctx, applyv1alpha1.SnapshotSink(key.name, key.namespace).WithStatus(status), opts)
-	case v1alpha1.SinkFamilyDatabase:
-		_, err = api.DatabaseSinks(key.namespace).ApplyStatus(ctx, applyv1alpha1.DatabaseSink(key.name, key.namespace).WithStatus(status), opts)
-	default:
-		_, err = api.EventSinks(key.namespace).ApplyStatus(ctx, applyv1alpha1.EventSink(key.name, key.namespace).WithStatus(status), opts)
-	}
-	return err
 }
 
 // probeOutcome is what a probe shows: its class and a message built from
@@ -285,7 +225,7 @@ func (c *Controller) applySinkStatus(ctx context.Context, key sinkKey, status *a
 // what some other service there says. err is scrubbed; built reports
 // whether the client was built, so that a failure is a connection's and
 // not the spec's or Secret's, whose own message is ours and says what to fix.
-func probeOutcome(obj metav1.Object, err error, built bool) (sink.Outcome, string) {
+func probeOutcome(obj *sinkObject, err error, built bool) (sink.Outcome, string) {
 	if err == nil {
 		return sink.OutcomeSucceeded, "the sink accepted a connection"
 	}
@@ -323,7 +263,7 @@ func probeOutcome(obj metav1.Object, err error, built bool) (sink.Outcome, strin
 	case sink.OutcomeHTTPStatus:
 		msg = fmt.Sprintf("%s answered HTTP %d", target, c.HTTPStatus)
 	default:
-		msg = target + " answered, but not as a " + sinkType(obj) + " sink expects"
+		msg = target + " answered, but not as a " + obj.typ + " sink expects"
 	}
 	if c.Detail != "" {
 		msg += ": " + c.Detail
@@ -333,51 +273,11 @@ func probeOutcome(obj metav1.Object, err error, built bool) (sink.Outcome, strin
 
 // endpointTarget names a sink's endpoint in probe messages: its host and
 // port, without path or query.
-func endpointTarget(obj metav1.Object) string {
-	var endpoint string
-	switch o := obj.(type) {
-	case *v1alpha1.SnapshotSink:
-		endpoint = o.Spec.Endpoint
-	case *v1alpha1.DatabaseSink:
-		endpoint = o.Spec.Endpoint
-	case *v1alpha1.EventSink:
-		endpoint = o.Spec.Endpoint
-	}
-	first, _, many := strings.Cut(endpoint, ",")
+func endpointTarget(obj *sinkObject) string {
+	first, _, many := strings.Cut(obj.endpoint, ",")
 	if u, err := url.Parse(strings.TrimSpace(first)); err == nil && u.Host != "" && !many {
 		return u.Host
 	}
 	// A connection string in the Secret, or several NATS servers.
 	return "the endpoint"
-}
-
-func insecure(obj metav1.Object) bool {
-	var t *v1alpha1.TLSConfig
-	switch o := obj.(type) {
-	case *v1alpha1.SnapshotSink:
-		t = o.Spec.TLS
-	case *v1alpha1.DatabaseSink:
-		t = o.Spec.TLS
-	case *v1alpha1.EventSink:
-		t = o.Spec.TLS
-	}
-	return t != nil && t.InsecureSkipVerify
-}
-
-func readyCondition(obj metav1.Object) *metav1.Condition {
-	var conds []metav1.Condition
-	switch o := obj.(type) {
-	case *v1alpha1.SnapshotSink:
-		conds = o.Status.Conditions
-	case *v1alpha1.DatabaseSink:
-		conds = o.Status.Conditions
-	case *v1alpha1.EventSink:
-		conds = o.Status.Conditions
-	}
-	for i := range conds {
-		if conds[i].Type == v1alpha1.ConditionReady {
-			return &conds[i]
-		}
-	}
-	return nil
 }

@@ -12,21 +12,27 @@ import (
 
 // view is one inventory's item set as the exporters see it: the items of
 // the targets it selects, keyed by sink.Item.Key(), with the checksum kept
-// up to date on every change. Each exporter of the inventory subscribes
-// and collects the keys that changed since its last run (with the content
-// the item had before), so a run costs O(changes).
+// up to date on every change. Each exporter holds a subscription: the
+// changes its sink is owed, recorded under the view's lock, so a run costs
+// O(changes) and nothing an exporter has not delivered can be forgotten.
 type view struct {
+	// applied reports the resourceVersion up to which every item event
+	// has been applied to the views (the cursor a run may claim).
+	applied func() string
+
 	mu       sync.Mutex
 	items    map[string]*sink.Item
 	checksum sink.Checksum
-	subs     map[*exporter]struct{}
+	subs     map[*subscription]struct{}
 }
 
-func newView() *view {
-	return &view{items: map[string]*sink.Item{}, subs: map[*exporter]struct{}{}}
+func newView(applied func() string) *view {
+	return &view{applied: applied, items: map[string]*sink.Item{}, subs: map[*subscription]struct{}{}}
 }
 
-// material reports whether b differs from a in what sinks hold.
+// material reports whether b differs from a in what sinks hold. A new
+// UID is a new item even with the same content: a consumer must see the
+// old one go and the new one come.
 func material(a, b *sink.Item) bool {
 	return a == nil || b == nil || a.Hash != b.Hash || a.UID != b.UID
 }
@@ -47,7 +53,7 @@ func (v *view) upsert(it *sink.Item) {
 		v.checksum.Remove(key, old.Hash)
 	}
 	v.checksum.Add(key, it.Hash)
-	v.notifyLocked(key, old)
+	v.notifyLocked(key, old, "")
 }
 
 // remove deletes an item; last is its final state (the delete event's
@@ -61,26 +67,36 @@ func (v *view) remove(key string, last *sink.Item) {
 	}
 	delete(v.items, key)
 	v.checksum.Remove(key, old.Hash)
+	gone := ""
 	if last != nil && last.UID == old.UID {
-		// The tombstone carries the deletion's resourceVersion: a delete
-		// event's idempotency key then differs from the last upsert's.
-		cp := *old
-		cp.ResourceVersion = last.ResourceVersion
-		old = &cp
+		gone = last.ResourceVersion
 	}
-	v.notifyLocked(key, old)
+	v.notifyLocked(key, old, gone)
 }
 
 // replace makes the view hold exactly items (after the inventory's target
-// selection changed) and notifies only the keys that changed.
+// selection changed) and notifies only the keys that changed. An item that
+// leaves and comes back unchanged would be published again under the id
+// of its first upsert, which receivers drop as a repeat: a selection change
+// makes the subscribers restate the whole set instead (a resync or diff).
 func (v *view) replace(items map[string]*sink.Item) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	changed := false
+	defer func() {
+		if changed {
+			for s := range v.subs {
+				s.restate = true
+				s.poke()
+			}
+		}
+	}()
 	for key, old := range v.items {
 		if _, ok := items[key]; !ok {
 			delete(v.items, key)
 			v.checksum.Remove(key, old.Hash)
-			v.notifyLocked(key, old)
+			v.notifyLocked(key, old, "")
+			changed = true
 		}
 	}
 	for key, it := range items {
@@ -91,42 +107,182 @@ func (v *view) replace(items map[string]*sink.Item) {
 				v.checksum.Remove(key, old.Hash)
 			}
 			v.checksum.Add(key, it.Hash)
-			v.notifyLocked(key, old)
+			v.notifyLocked(key, old, "")
+			changed = true
 		}
 	}
 }
 
-func (v *view) notifyLocked(key string, before *sink.Item) {
-	for e := range v.subs {
-		e.markDirtyLocked(key, before)
+func (v *view) notifyLocked(key string, before *sink.Item, gone string) {
+	for s := range v.subs {
+		s.oweLocked(key, before, gone)
 	}
 }
 
-// state is a consistent read of the view for one exporter run.
-type state struct {
-	checksum string
-	count    int
-	// changed maps the keys changed since the exporter's last run to the
-	// item as it was before (nil for new items).
-	changed map[string]*sink.Item
+// owed is what a sink is owed for one key: the sink holds before (nil:
+// nothing), and the view's current item (or its absence) is what it
+// must come to hold.
+type owed struct {
+	before *sink.Item
+	// gone is the resourceVersion of the deletion of before, when a delete
+	// event said it: the tombstone's revision.
+	gone string
 }
 
-// take returns the view's checksum and count, and hands e its changed keys.
-func (v *view) take(e *exporter) state {
+// subscription is one exporter's account of what its sink is owed. It
+// lives under the view's lock; the exporter takes a batch, delivers it,
+// and gives it back when the delivery failed.
+type subscription struct {
+	v    *view
+	owed map[string]owed
+	// restate: the sink must be brought to the whole live set, not sent
+	// deltas (the selection changed).
+	restate bool
+	// wake is poked (never blocking) when something becomes owed.
+	wake chan struct{}
+}
+
+func (v *view) subscribe() *subscription {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	s := state{checksum: v.checksum.String(), count: len(v.items), changed: e.dirty}
-	e.dirty = map[string]*sink.Item{}
+	s := &subscription{v: v, owed: map[string]owed{}, wake: make(chan struct{}, 1)}
+	v.subs[s] = struct{}{}
 	return s
 }
 
-// giveBack returns changed keys to e after a failed run, keeping for each
-// key the oldest "before" (what the sink may still hold).
-func (v *view) giveBack(e *exporter, changed map[string]*sink.Item) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	for key, before := range changed {
-		e.dirty[key] = before // an older before wins over one recorded during the run
+func (s *subscription) close() {
+	s.v.mu.Lock()
+	defer s.v.mu.Unlock()
+	delete(s.v.subs, s)
+}
+
+// oweLocked records a change of key (view lock held). The first "before"
+// since the sink last acknowledged the key is kept: it is what the sink holds.
+func (s *subscription) oweLocked(key string, before *sink.Item, gone string) {
+	o, ok := s.owed[key]
+	if !ok {
+		o.before = before
+	}
+	if gone != "" && o.before != nil && before.UID == o.before.UID {
+		o.gone = gone
+	}
+	s.owed[key] = o
+	s.poke()
+}
+
+// poke asks for a run; it never blocks.
+func (s *subscription) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// summary is a consistent read of the view for a decision.
+type summary struct {
+	checksum string
+	count    int
+	owed     int
+	restate  bool
+}
+
+func (s *subscription) peek() summary {
+	s.v.mu.Lock()
+	defer s.v.mu.Unlock()
+	return summary{checksum: s.v.checksum.String(), count: len(s.v.items), owed: len(s.owed), restate: s.restate}
+}
+
+// batch is what one run delivers: the changes owed when it was taken,
+// computed against the view at that instant, and optionally the whole
+// live set of that same instant.
+type batch struct {
+	// cursor: every item change up to this resourceVersion is in this
+	// batch or was acknowledged before it.
+	cursor   string
+	checksum string
+	count    int
+	// changes, in key order: for each owed key a delete of what the sink
+	// holds when that item is gone or was replaced (new UID), then an
+	// upsert of the current item when the sink lacks it.
+	changes []sink.Change
+	// items is the live set in canonical order (ascending key), when
+	// taken with full.
+	items   []*sink.Item
+	owed    map[string]owed
+	restate bool
+}
+
+// take hands the owed changes to a run; full adds the live set.
+func (s *subscription) take(full bool) *batch {
+	s.v.mu.Lock()
+	b := &batch{cursor: s.v.applied(), checksum: s.v.checksum.String(), count: len(s.v.items), owed: s.owed, restate: s.restate}
+	s.owed, s.restate = map[string]owed{}, false
+	keys := make([]string, 0, len(b.owed))
+	for key := range b.owed {
+		keys = append(keys, key)
+	}
+	current := make([]*sink.Item, len(keys))
+	for i, key := range keys {
+		current[i] = s.v.items[key]
+	}
+	if full {
+		b.items = make([]*sink.Item, 0, len(s.v.items))
+		for _, it := range s.v.items {
+			b.items = append(b.items, it)
+		}
+	}
+	s.v.mu.Unlock()
+
+	// Sorting and comparing happen outside the lock: items are immutable.
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, c int) int { return strings.Compare(keys[a], keys[c]) })
+	for _, i := range order {
+		b.changes = append(b.changes, owedChanges(b.owed[keys[i]], current[i])...)
+	}
+	if full {
+		slices.SortFunc(b.items, func(a, c *sink.Item) int { return strings.Compare(a.Key(), c.Key()) })
+	}
+	return b
+}
+
+// owedChanges is what turns a sink holding o.before into one holding cur.
+func owedChanges(o owed, cur *sink.Item) []sink.Change {
+	var out []sink.Change
+	if o.before != nil && (cur == nil || cur.UID != o.before.UID) {
+		tomb := o.before
+		if o.gone != "" {
+			// The tombstone carries the deletion's resourceVersion: its
+			// idempotency key differs from the last upsert's.
+			cp := *o.before
+			cp.ResourceVersion = o.gone
+			tomb = &cp
+		}
+		out = append(out, sink.Change{Op: sink.Delete, Item: tomb})
+	}
+	if cur != nil && (o.before == nil || material(o.before, cur)) {
+		out = append(out, sink.Change{Op: sink.Upsert, Item: cur})
+	}
+	return out
+}
+
+// giveBack returns a batch a run failed to deliver: its keys are owed
+// again. For a key that changed meanwhile the batch's "before" wins (the
+// sink may still hold it), with the deletion revision seen for it.
+func (s *subscription) giveBack(b *batch) {
+	s.v.mu.Lock()
+	defer s.v.mu.Unlock()
+	for key, o := range b.owed {
+		if newer, ok := s.owed[key]; ok && o.gone == "" && newer.before != nil && o.before != nil && newer.before.UID == o.before.UID {
+			o.gone = newer.gone
+		}
+		s.owed[key] = o
+	}
+	s.restate = s.restate || b.restate
+	if len(b.owed) > 0 || b.restate {
+		s.poke()
 	}
 }
 
@@ -135,32 +291,6 @@ func (v *view) get(key string) *sink.Item {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.items[key]
-}
-
-// sorted returns the items in canonical order (ascending key) and the
-// checksum of exactly that set.
-func (v *view) sorted() ([]*sink.Item, string) {
-	v.mu.Lock()
-	items := make([]*sink.Item, 0, len(v.items))
-	for _, it := range v.items {
-		items = append(items, it)
-	}
-	sum := v.checksum.String()
-	v.mu.Unlock()
-	slices.SortFunc(items, func(a, b *sink.Item) int { return strings.Compare(a.Key(), b.Key()) })
-	return items, sum
-}
-
-func (v *view) subscribe(e *exporter) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	v.subs[e] = struct{}{}
-}
-
-func (v *view) unsubscribe(e *exporter) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	delete(v.subs, e)
 }
 
 // itemOf converts a stored item to its exported form.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
@@ -48,8 +49,12 @@ type Options struct {
 	ResyncPeriod time.Duration
 	// Workers is how many objects the collector reconciles at once.
 	Workers int
-	// ClusterName names the host cluster in exported snapshots.
+	// ClusterName names the host cluster in everything exported; empty
+	// derives it from the host cluster (DefaultClusterName).
 	ClusterName string
+	// SinkClientMaxAge is how long a sink client built from a Secret is
+	// used before the Secret is read again.
+	SinkClientMaxAge time.Duration
 	// ExportWatchdog is how often an idle exporter refreshes its status entry.
 	ExportWatchdog time.Duration
 	// RequesterMaxAge, when positive, stops the objects whose requester was
@@ -60,15 +65,15 @@ type Options struct {
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		LeaderElect:    true,
-		Namespace:      "kollect-system",
-		LeaseDuration:  15 * time.Second,
-		RenewDeadline:  10 * time.Second,
-		RetryPeriod:    2 * time.Second,
-		ResyncPeriod:   collect.DefaultResyncPeriod,
-		Workers:        collect.DefaultWorkers,
-		ClusterName:    "kubernetes",
-		ExportWatchdog: export.DefaultWatchdog,
+		LeaderElect:      true,
+		Namespace:        "kollect-system",
+		LeaseDuration:    15 * time.Second,
+		RenewDeadline:    10 * time.Second,
+		RetryPeriod:      2 * time.Second,
+		ResyncPeriod:     collect.DefaultResyncPeriod,
+		Workers:          collect.DefaultWorkers,
+		ExportWatchdog:   export.DefaultWatchdog,
+		SinkClientMaxAge: export.DefaultClientMaxAge,
 	}
 }
 
@@ -85,7 +90,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod,
 		"Time between full walks comparing the cluster's objects with the stored items (the safety net under incremental collection).")
 	fs.IntVar(&o.Workers, "collect-workers", o.Workers, "Objects extracted and written concurrently by the collector.")
-	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName, "Name of the host cluster, written into exported snapshots.")
+	fs.StringVar(&o.ClusterName, "cluster-name", o.ClusterName,
+		"Name of the host cluster (a DNS-1123 label), part of every key a sink stores: Postgres rows and cursors, snapshot paths, NATS subjects, event ids and sources, so that clusters sharing a sink never touch each other's data. Empty: the UID of the host cluster's kube-system namespace.")
+	fs.DurationVar(&o.SinkClientMaxAge, "sink-client-max-age", o.SinkClientMaxAge,
+		"How long an exporter uses a sink connection built from the sink's Secret before it reads the Secret again and reconnects (credential rotation).")
 	fs.DurationVar(&o.ExportWatchdog, "export-watchdog-period", o.ExportWatchdog,
 		"How often an exporter with nothing to export refreshes its status entry (the seed's 30s watchdog for interval 0s).")
 	fs.DurationVar(&o.RequesterMaxAge, "requester-max-age", o.RequesterMaxAge,
@@ -113,6 +121,14 @@ func (o *Options) Validate() []error {
 	if o.RequesterMaxAge < 0 {
 		errs = append(errs, fmt.Errorf("--requester-max-age must not be negative, got %s", o.RequesterMaxAge))
 	}
+	if o.ClusterName != "" {
+		for _, msg := range validation.IsDNS1123Label(o.ClusterName) {
+			errs = append(errs, fmt.Errorf("--cluster-name %q: %s", o.ClusterName, msg))
+		}
+	}
+	if o.SinkClientMaxAge < time.Second {
+		errs = append(errs, fmt.Errorf("--sink-client-max-age must be at least 1s, got %s", o.SinkClientMaxAge))
+	}
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--collect-workers must be at least 1, got %d", o.Workers))
 	}
@@ -132,6 +148,58 @@ func Identity() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return host + "_" + hex.EncodeToString(b)
+}
+
+// epochOf is a term's epoch: the Lease's acquireTime in microseconds. A
+// later acquisition has a later time (the next leader takes over only once
+// the lease expired, and replicas' clocks agree far better than a lease
+// duration), including after the Lease was deleted and created again, when
+// its transitions count starts over.
+func epochOf(rec *resourcelock.LeaderElectionRecord) int64 { return rec.AcquireTime.UnixMicro() }
+
+// readEpoch reads this term's epoch from the Lease, retrying until it can
+// or ctx ends (ok false): a leader never holds the Lease idle.
+func (o *Options) readEpoch(ctx context.Context, lock resourcelock.Interface, logger klog.Logger) (epoch int64, ok bool) {
+	_ = wait.PollUntilContextCancel(ctx, o.RetryPeriod, true, func(ctx context.Context) (bool, error) {
+		rec, _, err := lock.Get(ctx)
+		if err != nil || rec.HolderIdentity != lock.Identity() {
+			logger.Info("Cannot read this term's epoch from the Lease yet", "err", err)
+			return false, nil
+		}
+		epoch, ok = epochOf(rec), true
+		return true, nil
+	})
+	return epoch, ok
+}
+
+// watchEpoch ends the term when the Lease shows another acquisition by
+// this replica.
+func (o *Options) watchEpoch(ctx context.Context, lock resourcelock.Interface, epoch int64, endTerm context.CancelFunc) {
+	_ = wait.PollUntilContextCancel(ctx, o.RetryPeriod, false, func(ctx context.Context) (bool, error) {
+		rec, _, err := lock.Get(ctx)
+		if err == nil && rec.HolderIdentity == lock.Identity() && epochOf(rec) != epoch {
+			endTerm()
+			return true, nil
+		}
+		return false, nil
+	})
+}
+
+// DefaultClusterName names the host cluster when --cluster-name is empty:
+// the UID of its kube-system namespace, which no other cluster shares and
+// which survives restarts of Kollect. It waits for the host cluster.
+func DefaultClusterName(ctx context.Context, kube kubernetes.Interface) (string, error) {
+	var name string
+	err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
+		ns, err := kube.CoreV1().Namespaces().Get(ctx, metav1.NamespaceSystem, metav1.GetOptions{})
+		if err != nil {
+			klog.FromContext(ctx).Info("Cannot read the kube-system namespace to name the cluster; retrying (set --cluster-name to avoid this)", "err", err)
+			return false, nil
+		}
+		name = string(ns.UID)
+		return name != "", nil
+	})
+	return name, err
 }
 
 // Configs are the embedded controllers' configurations.
@@ -182,7 +250,17 @@ func (o *Options) Run(ctx context.Context, host *rest.Config, cfg Configs) error
 	identity := Identity()
 	cfg.Collect.Identity = identity
 	cfg.Collect.ResyncPeriod, cfg.Collect.Workers = o.ResyncPeriod, o.Workers
-	cfg.Export.ClusterName, cfg.Export.Watchdog = o.ClusterName, o.ExportWatchdog
+	cfg.Export.Watchdog, cfg.Export.ClientMaxAge = o.ExportWatchdog, o.SinkClientMaxAge
+	kube, err := kubernetes.NewForConfig(host)
+	if err != nil {
+		return err
+	}
+	if cfg.Export.ClusterName = o.ClusterName; cfg.Export.ClusterName == "" {
+		if cfg.Export.ClusterName, err = DefaultClusterName(ctx, kube); err != nil {
+			return err
+		}
+	}
+	klog.FromContext(ctx).Info("Exporting as cluster", "cluster", cfg.Export.ClusterName)
 	cfg.Collect.RequesterMaxAge, cfg.Export.RequesterMaxAge = o.RequesterMaxAge, o.RequesterMaxAge
 	// keep runs a controller until ctx is done: one that fails is started
 	// again, so that a leader never holds the lease idle.
@@ -194,7 +272,9 @@ func (o *Options) Run(ctx context.Context, host *rest.Config, cfg Configs) error
 			return false, nil
 		})
 	}
-	run := func(ctx context.Context) {
+	run := func(ctx context.Context, epoch int64) {
+		cfg := cfg
+		cfg.Export.Epoch = epoch
 		var wg sync.WaitGroup
 		wg.Go(func() {
 			keep(ctx, "collect", func(ctx context.Context) error {
@@ -219,12 +299,9 @@ func (o *Options) Run(ctx context.Context, host *rest.Config, cfg Configs) error
 	if !o.LeaderElect {
 		metrics.Leader.Set(1)
 		defer metrics.Leader.Set(0)
-		run(ctx)
+		// One replica, no Lease: its start time orders its terms.
+		run(ctx, time.Now().UnixMicro())
 		return nil
-	}
-	kube, err := kubernetes.NewForConfig(host)
-	if err != nil {
-		return err
 	}
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: o.Namespace, Name: LeaseName},
@@ -243,7 +320,7 @@ func (o *Options) Run(ctx context.Context, host *rest.Config, cfg Configs) error
 // campaign runs one leader election: it returns when the lease is lost
 // (after the controllers stopped) or, once ctx is done, after the
 // controllers stopped and the lease was released.
-func (o *Options) campaign(ctx context.Context, lock resourcelock.Interface, logger klog.Logger, run func(context.Context)) error {
+func (o *Options) campaign(ctx context.Context, lock resourcelock.Interface, logger klog.Logger, run func(context.Context, int64)) error {
 	// The election outlives ctx: on shutdown the controllers stop first,
 	// and only then is the lease released (ReleaseOnCancel requires it).
 	electCtx, cancelElect := context.WithCancel(context.WithoutCancel(ctx))
@@ -286,10 +363,23 @@ func (o *Options) campaign(ctx context.Context, lock resourcelock.Interface, log
 				defer cancel()
 				stop := context.AfterFunc(ctx, cancel)
 				defer stop()
-				logger.Info("Leading: starting the controllers")
 				metrics.Leader.Set(1)
 				defer metrics.Leader.Set(0)
-				run(klog.NewContext(runCtx, logger))
+				// The controllers run with this term's epoch. The elector
+				// may re-acquire the Lease without calling us again (after
+				// a pause, once another leader released it): a new
+				// acquisition is a new epoch, so they restart with it.
+				for runCtx.Err() == nil {
+					epoch, ok := o.readEpoch(runCtx, lock, logger)
+					if !ok {
+						break
+					}
+					termCtx, endTerm := context.WithCancel(runCtx)
+					go o.watchEpoch(termCtx, lock, epoch, endTerm)
+					logger.Info("Leading: starting the controllers", "epoch", epoch)
+					run(klog.NewContext(termCtx, logger), epoch)
+					endTerm()
+				}
 				logger.Info("Controllers stopped")
 			},
 			OnStoppedLeading: func() {},

@@ -4232,7 +4232,7 @@ func schema_pkg_apis_kollect_v1alpha1_FileSinkConfig(ref common.ReferenceCallbac
 				Properties: map[string]spec.Schema{
 					"pathTemplate": {
 						SchemaProps: spec.SchemaProps{
-							Description: "pathTemplate is the file path relative to the endpoint directory, with {namespace}, {inventory} and {ext} placeholders. Defaults to \"{namespace}/{inventory}.{ext}\". It may not leave the directory.",
+							Description: "pathTemplate is the file path relative to the endpoint directory, with {cluster} (the server's --cluster-name), {namespace} (\"_cluster\" for a ClusterInventory), {inventory} and {ext} placeholders. Defaults to \"{cluster}/{namespace}/{inventory}.{ext}\", so that the servers of many clusters can share the directory. It may not leave the directory.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -4259,14 +4259,14 @@ func schema_pkg_apis_kollect_v1alpha1_GitSinkConfig(ref common.ReferenceCallback
 					},
 					"pathTemplate": {
 						SchemaProps: spec.SchemaProps{
-							Description: "pathTemplate is the file path in the repository, with {namespace}, {inventory} and {ext} placeholders. Defaults to \"{namespace}/{inventory}.{ext}\".",
+							Description: "pathTemplate is the file path in the repository, with {cluster} (the server's --cluster-name), {namespace} (\"_cluster\" for a ClusterInventory), {inventory} and {ext} placeholders. Defaults to \"{cluster}/{namespace}/{inventory}.{ext}\", so that the servers of many clusters can share the repository.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
 					},
 					"commitMessage": {
 						SchemaProps: spec.SchemaProps{
-							Description: "commitMessage is the commit message template, with {namespace}, {inventory}, {itemCount} and {checksum} placeholders.",
+							Description: "commitMessage is the commit message template, with {cluster}, {namespace}, {inventory}, {itemCount} and {checksum} placeholders. Defaults to \"kollect: {cluster}/{namespace}/{inventory} ({itemCount} items, {checksum})\".",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -4874,7 +4874,7 @@ func schema_pkg_apis_kollect_v1alpha1_NATSSinkConfig(ref common.ReferenceCallbac
 					},
 					"subject": {
 						SchemaProps: spec.SchemaProps{
-							Description: "subject template, with {namespace}, {inventory}, {kind} and {name} placeholders. Defaults to \"kollect.{namespace}.{inventory}\".",
+							Description: "subject template, with {cluster} (the server's --cluster-name), {namespace} (\"_cluster\" for a ClusterInventory), {inventory}, {kind} and {name} (the item's source kind and name; \"_\" for an event about the whole inventory, such as dev.kollect.inventory.resynced) placeholders, each made a valid subject token. Defaults to \"kollect.{cluster}.{namespace}.{inventory}\". Each message's Nats-Msg-Id is its event's id, which names the cluster and the inventory, so inventories and clusters can share a stream.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -5713,14 +5713,14 @@ func schema_pkg_apis_kollect_v1alpha1_SinkExportStatus(ref common.ReferenceCallb
 					},
 					"lastChecksum": {
 						SchemaProps: spec.SchemaProps{
-							Description: "lastChecksum is the checksum of the payload the sink holds.",
+							Description: "lastChecksum is the checksum of the item set the sink last acknowledged.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
 					},
 					"cursor": {
 						SchemaProps: spec.SchemaProps{
-							Description: "cursor is the item resourceVersion the sink has caught up to.",
+							Description: "cursor is the item resourceVersion up to which the sink acknowledged every change of the inventory's items.",
 							Type:        []string{"string"},
 							Format:      "",
 						},

@@ -17,7 +17,8 @@ import (
 
 // TestClusterInventory: a ClusterInventory exports the ClusterInventoryItems
 // of a ClusterTarget to a sink in spec.sinkNamespace; the document lives
-// under _cluster/ and holds the same checksum as the items.
+// at the default pathTemplate's <cluster>/_cluster/<name>.json, names the
+// cluster, and holds the same checksum as the items.
 func TestClusterInventory(t *testing.T) {
 	ctx := testContext(t, 2*time.Minute)
 	const cfgNS, appNS = "export-cluster-config", "export-cluster-apps"
@@ -81,7 +82,7 @@ func TestClusterInventory(t *testing.T) {
 			return false, err.Error()
 		}
 		synced := meta.FindStatusCondition(ci.Status.Conditions, v1alpha1.ConditionSynced)
-		env, err := readFileEnvelope(filepath.Join(dir, "_cluster", "export-e2e-rollup.json"))
+		env, err := readFileEnvelope(filepath.Join(dir, clusterName, "_cluster", "export-e2e-rollup.json"))
 		switch {
 		case len(items.Items) != 3:
 			return false, fmt.Sprintf("%d items", len(items.Items))
@@ -91,6 +92,8 @@ func TestClusterInventory(t *testing.T) {
 			return false, err.Error()
 		case env.Checksum != c.String() || env.ItemCount != 3 || env.Inventory.Kind != "ClusterInventory":
 			return false, fmt.Sprintf("document checksum %s count %d kind %s; items %s", env.Checksum, env.ItemCount, env.Inventory.Kind, c.String())
+		case env.Cluster != clusterName || env.Inventory.Cluster != clusterName:
+			return false, fmt.Sprintf("document of cluster %q (inventory's %q); want %q", env.Cluster, env.Inventory.Cluster, clusterName)
 		}
 		return true, ""
 	})

@@ -92,14 +92,25 @@ type observed struct {
 	webhookEvents []sink.Event
 }
 
+// path is the inventory's name in the events (eventfold's key).
+func (s *fiveSinks) path() string {
+	return sink.InventoryPath(sink.Inventory{Cluster: clusterName, Kind: "Inventory", Namespace: s.ns, Name: s.inventory})
+}
+
+// document is where the file and git sinks' default pathTemplate,
+// {cluster}/{namespace}/{inventory}.{ext}, puts the inventory's document.
+func (s *fiveSinks) document() string {
+	return clusterName + "/" + s.ns + "/" + s.inventory + ".json"
+}
+
 func (s *fiveSinks) observe(ctx context.Context, t *testing.T) observed {
 	t.Helper()
 	var o observed
 	var err error
-	if o.file, err = readFileEnvelope(filepath.Join(s.fileDir, s.ns, s.inventory+".json")); err != nil {
+	if o.file, err = readFileEnvelope(filepath.Join(s.fileDir, filepath.FromSlash(s.document()))); err != nil {
 		t.Fatalf("file sink: %v", err)
 	}
-	if doc := gitFile(s.gitDir, s.ns+"/"+s.inventory+".json"); doc != nil {
+	if doc := gitFile(s.gitDir, s.document()); doc != nil {
 		if o.git, err = readEnvelope(doc); err != nil {
 			t.Fatalf("git sink document: %v", err)
 		}
@@ -113,9 +124,16 @@ func (s *fiveSinks) observe(ctx context.Context, t *testing.T) observed {
 	return o
 }
 
-// checkAll fails unless every sink holds exactly the item set of checksum.
-func (o observed) checkAll(t *testing.T, checksum string, count int) {
+// checkAll fails unless every sink holds exactly the item set live
+// (item key to hash): the snapshot documents and the rows by checksum and
+// count, each event sink's stream folded by the consumer contract.
+func (o observed) checkAll(t *testing.T, path string, live map[string]string) {
 	t.Helper()
+	var c sink.Checksum
+	for k, h := range live {
+		c.Add(k, h)
+	}
+	checksum, count := c.String(), len(live)
 	if o.file.Checksum != checksum || sink.ChecksumOf(o.file.Items) != checksum || o.file.ItemCount != count {
 		t.Errorf("file: checksum %s (recomputed %s), %d items; want %s, %d", o.file.Checksum, sink.ChecksumOf(o.file.Items), o.file.ItemCount, checksum, count)
 	}
@@ -125,11 +143,64 @@ func (o observed) checkAll(t *testing.T, checksum string, count int) {
 	if got := checksumOfRows(o.rows); got != checksum || len(o.rows) != count {
 		t.Errorf("postgres: %d rows, checksum %s; want %d, %s", len(o.rows), got, count, checksum)
 	}
-	if got := checksumOfEvents(o.natsEvents); got != checksum {
-		t.Errorf("nats: events fold to %s; want %s", got, checksum)
+	for what, events := range map[string][]sink.Event{"nats": o.natsEvents, "webhook": o.webhookEvents} {
+		f := foldEvents(t, what, events)
+		if err := f.Equal(path, live); err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+		if st := f.Stats(path); st.Pending || st.ChecksumMismatches != 0 || st.Stale != 0 {
+			t.Errorf("%s: fold %+v; want no pending resync, no checksum mismatch, no stale event", what, st)
+		}
+		if inv := f.Inventories(); len(inv) != 1 || inv[0] != path {
+			t.Errorf("%s: events of inventories %q; want only %s", what, inv, path)
+		}
+		checkIDs(t, what, events)
 	}
-	if got := checksumOfEvents(o.webhookEvents); got != checksum {
-		t.Errorf("webhook: events fold to %s; want %s", got, checksum)
+}
+
+// checkFirstExport checks an event sink's events of the first export: the
+// exporter's first run in a process does not know what the consumer
+// holds, so it opens a resync (docs/export.md): one resynced event
+// announcing the live set's count and checksum, then exactly that many
+// upserts carrying its token, in item key order, and nothing else.
+func checkFirstExport(t *testing.T, what, path string, events []sink.Event, live map[string]string) {
+	t.Helper()
+	var c sink.Checksum
+	for k, h := range live {
+		c.Add(k, h)
+	}
+	if len(events) != 1+len(live) {
+		t.Errorf("%s: first export: %d events; want a resynced event and %d upserts", what, len(events), len(live))
+		return
+	}
+	open := events[0]
+	if open.Type != sink.EventTypeResynced || open.Data.Resync == nil ||
+		open.Data.Resync.ItemCount != len(live) || open.Data.Resync.Checksum != c.String() {
+		t.Errorf("%s: first event %s %s %+v; want %s of %d items, checksum %s", what, open.ID, open.Type, open.Data.Resync, sink.EventTypeResynced, len(live), c.String())
+		return
+	}
+	wantSource := "/clusters/" + clusterName + "/apis/kollect.dev/v1alpha1/namespaces/" + open.Data.Inventory.Namespace + "/inventories/" + open.Data.Inventory.Name
+	prev := ""
+	for i, ev := range events {
+		if ev.Source != wantSource || sink.InventoryPath(ev.Data.Inventory) != path {
+			t.Errorf("%s: event %d: source %q, inventory %s; want %q, %s", what, i, ev.Source, sink.InventoryPath(ev.Data.Inventory), wantSource, path)
+		}
+		if i == 0 {
+			continue
+		}
+		key := ""
+		if ev.Data.Item != nil {
+			key = ev.Data.Item.Key()
+		}
+		switch {
+		case ev.Type != sink.EventTypeUpserted || ev.Resync != open.Data.Resync.Token:
+			t.Errorf("%s: event %d: %s %s (resync %q); want an upsert of resync %q", what, i, ev.Type, ev.ID, ev.Resync, open.Data.Resync.Token)
+		case live[key] == "" || ev.Data.Item.Hash != live[key]:
+			t.Errorf("%s: event %d upserts %s, not a live item", what, i, key)
+		case key <= prev:
+			t.Errorf("%s: event %d upserts %s after %s; want item key order", what, i, key, prev)
+		}
+		prev = key
 	}
 }
 
@@ -158,23 +229,26 @@ func TestExportToAllSinks(t *testing.T) {
 	must(t, err, "inventory")
 
 	// 1. The same item set and checksum everywhere; Synced with five entries.
-	_, sum := itemSet(ctx, t, ns)
+	items, sum := itemSet(ctx, t, ns)
 	inv := waitSynced(ctx, t, ns, s.inventory, sum, 5)
 	if inv.Status.SinksSynced != "5/5" || inv.Status.ItemCount != 6 {
 		t.Errorf("sinksSynced %q, itemCount %d; want 5/5, 6", inv.Status.SinksSynced, inv.Status.ItemCount)
 	}
 	before := s.observe(ctx, t)
-	before.checkAll(t, sum, 6)
-	if before.gitCommits != 1 || len(before.natsEvents) != 6 || len(before.webhookEvents) != 6 {
-		t.Errorf("first export: %d commits, %d NATS events, %d webhook deliveries; want 1, 6, 6",
-			before.gitCommits, len(before.natsEvents), len(before.webhookEvents))
+	before.checkAll(t, s.path(), items)
+	if before.gitCommits != 1 {
+		t.Errorf("first export: %d commits; want 1", before.gitCommits)
+	}
+	checkFirstExport(t, "nats", s.path(), before.natsEvents, items)
+	checkFirstExport(t, "webhook", s.path(), before.webhookEvents, items)
+	if n := s.webhook.rejectedCount(); n != 0 {
+		t.Errorf("webhook: %d deliveries rejected (bad signature or body)", n)
 	}
 	if before.file.Cluster != "e2e" || before.file.SchemaVersion != sink.SchemaVersion || before.file.Generation != inv.Generation {
 		t.Errorf("envelope header %+v", before.file)
 	}
 
 	// 2. One change: exactly one row, one event each, one commit, the file.
-	items, _ := itemSet(ctx, t, ns)
 	setImage(ctx, t, ns, "app-02", "registry.example/app:2")
 	var changedKey string
 	eventually(ctx, t, "item of app-02 changes", func(ctx context.Context) (bool, string) {
@@ -187,11 +261,11 @@ func TestExportToAllSinks(t *testing.T) {
 		}
 		return false, "no item changed yet"
 	})
-	_, sum2 := itemSet(ctx, t, ns)
+	items2, sum2 := itemSet(ctx, t, ns)
 	waitSynced(ctx, t, ns, s.inventory, sum2, 5)
 	time.Sleep(2 * watchdog) // anything extra would arrive now
 	after := s.observe(ctx, t)
-	after.checkAll(t, sum2, 6)
+	after.checkAll(t, s.path(), items2)
 	var changedRows []string
 	for uid, r := range after.rows {
 		if b, ok := before.rows[uid]; !ok || b.hash != r.hash || !b.exportedAt.Equal(r.exportedAt) || b.attributes != r.attributes {
@@ -207,8 +281,8 @@ func TestExportToAllSinks(t *testing.T) {
 			t.Errorf("%s: %d new events; want 1", what, len(a)-len(b))
 			return
 		}
-		if ev := a[len(a)-1]; ev.Data.Op != op || ev.Data.Item.Key() != changedKey {
-			t.Errorf("%s: new event %s of %s; want %s of %s", what, ev.Data.Op, ev.Data.Item.Key(), op, changedKey)
+		if ev := a[len(a)-1]; ev.Data.Op != op || ev.Data.Item == nil || ev.Data.Item.Key() != changedKey || ev.Resync != "" {
+			t.Errorf("%s: new event %s (%s, resync %q); want %s of %s outside any resync", what, ev.ID, ev.Type, ev.Resync, op, changedKey)
 		}
 	}
 	newEvents("nats", before.natsEvents, after.natsEvents, sink.Upsert)
@@ -235,11 +309,14 @@ func TestExportToAllSinks(t *testing.T) {
 		return false, fmt.Sprintf("%d items", len(now))
 	})
 	changedKey = gone
-	_, sum3 := itemSet(ctx, t, ns)
+	items3, sum3 := itemSet(ctx, t, ns)
 	waitSynced(ctx, t, ns, s.inventory, sum3, 5)
 	time.Sleep(2 * watchdog)
 	after = s.observe(ctx, t)
-	after.checkAll(t, sum3, 5)
+	after.checkAll(t, s.path(), items3)
+	if len(items3) != 5 {
+		t.Errorf("%d items after the deletion; want 5", len(items3))
+	}
 	newEvents("nats", before.natsEvents, after.natsEvents, sink.Delete)
 	newEvents("webhook", before.webhookEvents, after.webhookEvents, sink.Delete)
 	if after.gitCommits != before.gitCommits+1 {
@@ -253,17 +330,38 @@ func TestExportToAllSinks(t *testing.T) {
 		_, err := kollect.KollectV1alpha1().Inventories(ns).Get(ctx, s.inventory, metav1.GetOptions{})
 		return err != nil, fmt.Sprint(err)
 	})
-	if _, err := os.Stat(filepath.Join(s.fileDir, ns, s.inventory+".json")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(s.fileDir, filepath.FromSlash(s.document()))); !os.IsNotExist(err) {
 		t.Errorf("file sink (Delete): document still there: %v", err)
 	}
 	if rows, err := pgRows(ctx, s.schema, "inventory", ns, s.inventory); err != nil || len(rows) != 0 {
 		t.Errorf("postgres (Delete): %d rows left, %v", len(rows), err)
 	}
 	final := streamEvents(ctx, t, s.stream)
-	if got := checksumOfEvents(final); got != (sink.Checksum{}).String() || len(final) != len(after.natsEvents)+5 {
-		t.Errorf("nats (Delete): %d delete events, fold %s; want 5 and the empty set", len(final)-len(after.natsEvents), got)
+	if err := foldEvents(t, "nats (Delete)", final).Equal(s.path(), map[string]string{}); err != nil {
+		t.Errorf("nats (Delete): %v", err)
 	}
-	if gitFile(s.gitDir, ns+"/"+s.inventory+".json") == nil {
+	checkIDs(t, "nats (Delete)", final)
+	// One delete per remaining item, then an empty resync (adapter.remove):
+	// a consumer also drops what deletions owed when the exporter stopped
+	// would have removed.
+	removal := final[len(after.natsEvents):]
+	if len(removal) != len(items3)+1 {
+		t.Errorf("nats (Delete): %d events after the Inventory's deletion; want %d deletes and an empty resync", len(removal), len(items3))
+	} else {
+		deleted := map[string]bool{}
+		for _, ev := range removal[:len(items3)] {
+			if ev.Type != sink.EventTypeDeleted || ev.Data.Item == nil || items3[ev.Data.Item.Key()] == "" || deleted[ev.Data.Item.Key()] {
+				t.Errorf("nats (Delete): event %s (%s); want one delete per remaining item", ev.ID, ev.Type)
+				continue
+			}
+			deleted[ev.Data.Item.Key()] = true
+		}
+		last := removal[len(items3)]
+		if last.Type != sink.EventTypeResynced || last.Data.Resync == nil || last.Data.Resync.ItemCount != 0 || last.Data.Resync.Checksum != (sink.Checksum{}).String() {
+			t.Errorf("nats (Delete): last event %s (%s, %+v); want a resync of 0 items", last.ID, last.Type, last.Data.Resync)
+		}
+	}
+	if gitFile(s.gitDir, s.document()) == nil {
 		t.Errorf("git (Retain): the document was removed")
 	}
 }

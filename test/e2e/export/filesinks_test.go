@@ -18,7 +18,9 @@ import (
 )
 
 // fileEndpoint returns a fresh file sink endpoint for namespace ns and the
-// directory the sink writes to: <--file-sink-root>/<ns>/<name>.
+// directory the sink writes to: <--file-sink-root>/<ns>/<name>. The
+// default pathTemplate puts an Inventory's document at
+// <cluster>/<namespace>/<inventory>.<ext> under it.
 func fileEndpoint(ns string) (endpoint, dir string) {
 	name := "sink-" + randomSuffix()
 	return "file:///" + name, filepath.Join(fileSinkRoot, ns, name)
@@ -89,7 +91,9 @@ type confinementCase struct {
 	// field is where admission refuses the sink; empty when it admits it.
 	field string
 	// written is the document's path under <root>/fsroot-a when the
-	// export must succeed; empty when it must fail.
+	// export must succeed; empty when it must fail. The default
+	// pathTemplate, {cluster}/{namespace}/{inventory}.{ext}, puts it at
+	// <endpoint's path>/e2e/fsroot-a/inv.json.
 	written string
 }
 
@@ -112,14 +116,15 @@ func fileSinksConfined(ctx context.Context, t *testing.T) {
 	up, err := filepath.Rel(filepath.Join(root, a), outside)
 	must(t, err, "relative path to outside")
 	for link, target := range map[string]string{
-		"to-b":                   "../" + b,
-		"to-root":                "/",
-		"away":                   outside,
-		"up":                     up,
-		"nested/link":            "../../" + b,
-		"tmpl/" + a:              "../../" + b,
-		"doc/" + a + "/inv.json": "../../../" + b + "/sentinel.json",
-		"alias":                  "real",
+		"to-b":        "../" + b,
+		"to-root":     "/",
+		"away":        outside,
+		"up":          up,
+		"nested/link": "../../" + b,
+		// Where the default template's directory and document go.
+		"tmpl/" + clusterName + "/" + a:              "../../../" + b,
+		"doc/" + clusterName + "/" + a + "/inv.json": "../../../../" + b + "/sentinel.json",
+		"alias": "real",
 	} {
 		plantSymlink(t, target, filepath.Join(root, a, link))
 	}
@@ -129,6 +134,7 @@ func fileSinksConfined(ctx context.Context, t *testing.T) {
 	topBefore := dirNames(t, root)
 
 	long := strings.Repeat("l", 255)
+	doc := clusterName + "/" + a + "/inv.json" // the default pathTemplate's document
 	cases := []confinementCase{
 		// Refused at admission, with the field path.
 		{name: "..", endpoint: "file:///../" + b, field: "spec.endpoint"},
@@ -147,13 +153,13 @@ func fileSinksConfined(ctx context.Context, t *testing.T) {
 		{name: "a template with backslashes", endpoint: "file:///", template: `{namespace}\..\..\{inventory}.{ext}`, field: "spec.file.pathTemplate"},
 		{name: "a template with NUL", endpoint: "file:///", template: "{inventory}\x00.{ext}", field: "spec.file.pathTemplate"},
 		// Admitted, and written inside DIR/fsroot-a.
-		{name: "an absolute path", endpoint: "file:///tmp/absolute", written: "tmp/absolute/" + a + "/inv.json"},
-		{name: "doubled slashes and dots", endpoint: "file:////double//slash/./dot/", written: "double/slash/dot/" + a + "/inv.json"},
-		{name: "the namespace's directory itself", endpoint: "file:///", written: a + "/inv.json"},
+		{name: "an absolute path", endpoint: "file:///tmp/absolute", written: "tmp/absolute/" + doc},
+		{name: "doubled slashes and dots", endpoint: "file:////double//slash/./dot/", written: "double/slash/dot/" + doc},
+		{name: "the namespace's directory itself", endpoint: "file:///", written: doc},
 		{name: "a template naming another namespace", endpoint: "file:///reports", template: b + "/{inventory}.{ext}", written: "reports/" + b + "/inv.json"},
-		{name: "a 255-byte name", endpoint: "file:///" + long, written: long + "/" + a + "/inv.json"},
-		{name: "a symlink inside the namespace's directory", endpoint: "file:///alias", written: "real/" + a + "/inv.json"},
-		{name: "a symlink where the document goes is replaced, not followed", endpoint: "file:///doc", written: "doc/" + a + "/inv.json"},
+		{name: "a 255-byte name", endpoint: "file:///" + long, written: long + "/" + doc},
+		{name: "a symlink inside the namespace's directory", endpoint: "file:///alias", written: "real/" + doc},
+		{name: "a symlink where the document goes is replaced, not followed", endpoint: "file:///doc", written: "doc/" + doc},
 		// Admitted, and refused by the exporter: symlinks planted on disk.
 		{name: "a symlink to another namespace's directory", endpoint: "file:///to-b"},
 		{name: "a symlink to /", endpoint: "file:///to-root/tmp/" + escape},

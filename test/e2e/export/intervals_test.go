@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
@@ -15,8 +16,10 @@ import (
 )
 
 // TestIntervals is issue 5's acceptance point 3, with file sinks: with 1h
-// and no change nothing is re-exported and the entry says Debounced; with
-// 0s the watchdog refreshes the entry without exporting; a short interval
+// and no change nothing is re-exported and, at rest, the entry is not
+// written at all (issue 11: only a due re-export or, for 0s, the watchdog
+// writes status); with 0s the watchdog refreshes the entry (Debounced)
+// without exporting; a short interval
 // re-exports the identical payload (anti-drift); a generation bump exports
 // to every sink; a Scope created later clamps the intervals, visibly.
 func TestIntervals(t *testing.T) {
@@ -46,7 +49,7 @@ func TestIntervals(t *testing.T) {
 	_, sum := itemSet(ctx, t, ns)
 	first := waitSynced(ctx, t, ns, "inv", sum, 3)
 	mtime := func(name string) time.Time {
-		st, err := os.Stat(filepath.Join(dirs[name], ns, "inv.json"))
+		st, err := os.Stat(filepath.Join(dirs[name], clusterName, ns, "inv.json"))
 		must(t, err, "stat "+name)
 		return st.ModTime()
 	}
@@ -58,9 +61,11 @@ func TestIntervals(t *testing.T) {
 		now = getInventory(ctx, t, ns, "inv")
 		h, z, f := entry(now, v1alpha1.SinkFamilySnapshot, "hourly"), entry(now, v1alpha1.SinkFamilySnapshot, "zero"), entry(now, v1alpha1.SinkFamilySnapshot, "frequent")
 		f0 := entry(first, v1alpha1.SinkFamilySnapshot, "frequent")
+		h0 := entry(first, v1alpha1.SinkFamilySnapshot, "hourly")
 		switch {
-		case h.Outcome != v1alpha1.OutcomeDebounced:
-			return false, "hourly: " + string(h.Outcome)
+		case !apiequality.Semantic.DeepEqual(h, h0):
+			// Not a wait: an idle 1h sink must never write its entry.
+			t.Fatalf("hourly: the entry was written at rest:\nfirst %+v\nnow   %+v", h0, h)
 		case z.Outcome != v1alpha1.OutcomeDebounced || !z.LastAttemptTime.After(entry(first, v1alpha1.SinkFamilySnapshot, "zero").LastAttemptTime.Time):
 			return false, fmt.Sprintf("zero: %s, attempt %s", z.Outcome, z.LastAttemptTime)
 		case !f.LastExportTime.After(f0.LastExportTime.Time.Add(time.Second)):
@@ -84,7 +89,7 @@ func TestIntervals(t *testing.T) {
 	if z.NextDueTime != nil || h.NextDueTime == nil || !h.NextDueTime.Equal(&metav1.Time{Time: h.LastExportTime.Add(time.Hour)}) {
 		t.Errorf("next due: zero %v (want none), hourly %v (want lastExportTime+1h)", z.NextDueTime, h.NextDueTime)
 	}
-	if env, err := readFileEnvelope(filepath.Join(dirs["frequent"], ns, "inv.json")); err != nil || env.Checksum != sum {
+	if env, err := readFileEnvelope(filepath.Join(dirs["frequent"], clusterName, ns, "inv.json")); err != nil || env.Checksum != sum {
 		t.Errorf("frequent: re-exported document %v, %v; want the same checksum", env, err)
 	}
 

@@ -30,6 +30,9 @@ import (
 
 const watchdog = 2 * time.Second
 
+// clusterName is the replica's --cluster-name: in every key a sink stores.
+const clusterName = "e2e"
+
 var (
 	cluster *localcluster.Cluster
 	kube    kubernetes.Interface
@@ -79,7 +82,10 @@ func TestMain(m *testing.M) {
 		KollectArgs: []string{
 			"--allow-private-sink-endpoints",
 			"--export-watchdog-period=" + watchdog.String(),
-			"--cluster-name=e2e",
+			"--cluster-name=" + clusterName,
+			// Sink clients are rebuilt every 2s instead of 5m: changes
+			// flow across rebuilds (TestDeliveryFaults/delivery-client-rebuild).
+			"--sink-client-max-age=2s",
 			"-v=2",
 		},
 	})

@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/test/eventfold"
 )
 
 func randomSuffix() string {
@@ -144,6 +145,13 @@ func startWebhook(t *testing.T) *webhookReceiver {
 	return w
 }
 
+// rejectedCount is how many deliveries failed the signature or body check.
+func (w *webhookReceiver) rejectedCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.rejected
+}
+
 func (w *webhookReceiver) received() []sink.Event {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -208,9 +216,11 @@ type pgRow struct {
 	exportedAt            time.Time
 }
 
-// pgRows reads an inventory's rows by item UID.
+// pgRows reads an inventory's rows by item UID. Every row must name the
+// suite's cluster: the table is the test's own, and a row of another
+// cluster would be one the exporter mislabelled.
 func pgRows(ctx context.Context, schema, table, ns, inventory string) (map[string]pgRow, error) {
-	rows, err := pg.Query(ctx, fmt.Sprintf(`SELECT item_uid, item_namespace, item_name, hash, coalesce(attributes::text, ''), exported_at FROM %s
+	rows, err := pg.Query(ctx, fmt.Sprintf(`SELECT cluster, item_uid, item_namespace, item_name, hash, coalesce(attributes::text, ''), exported_at FROM %s
 		WHERE inventory_namespace = $1 AND inventory_name = $2`, pgx.Identifier{schema, table}.Sanitize()), ns, inventory)
 	if err != nil {
 		return nil, err
@@ -218,10 +228,13 @@ func pgRows(ctx context.Context, schema, table, ns, inventory string) (map[strin
 	defer rows.Close()
 	out := map[string]pgRow{}
 	for rows.Next() {
-		var uid, ins, name string
+		var cl, uid, ins, name string
 		var r pgRow
-		if err := rows.Scan(&uid, &ins, &name, &r.hash, &r.attributes, &r.exportedAt); err != nil {
+		if err := rows.Scan(&cl, &uid, &ins, &name, &r.hash, &r.attributes, &r.exportedAt); err != nil {
 			return nil, err
+		}
+		if cl != clusterName {
+			return nil, fmt.Errorf("row for item %s names cluster %q, want %q", uid, cl, clusterName)
 		}
 		r.key = name
 		if ins != "" {
@@ -245,21 +258,19 @@ func checksumOfRows(rows map[string]pgRow) string {
 	return c.String()
 }
 
-// checksumOfEvents folds events in order into the item set they describe.
-func checksumOfEvents(events []sink.Event) string {
-	set := map[string]string{}
+// foldEvents folds events, in the order a sink received them, by the
+// consumer contract (eventfold, docs/export.md "Consuming events"); an
+// event a consumer could not fold fails the test.
+func foldEvents(t *testing.T, what string, events []sink.Event) *eventfold.Fold {
+	t.Helper()
+	f := eventfold.New()
 	for _, ev := range events {
-		if ev.Data.Op == sink.Delete {
-			delete(set, ev.Data.Item.Key())
-		} else {
-			set[ev.Data.Item.Key()] = ev.Data.Item.Hash
-		}
+		f.Apply(ev)
 	}
-	var c sink.Checksum
-	for k, h := range set {
-		c.Add(k, h)
+	if err := f.Err(); err != nil {
+		t.Errorf("%s: events a consumer cannot fold: %v", what, err)
 	}
-	return c.String()
+	return f
 }
 
 // readEnvelope reads a JSON snapshot document.

@@ -9,17 +9,20 @@ import (
 
 // Defaults that are not zero values. Export intervals are deliberately not
 // defaulted: an absent interval falls through the precedence chain
-// (ref, sink, inventory, 30s) at export time.
+// (ref, sink, inventory, 30s) at export time. The snapshot path, commit
+// message and NATS subject name the cluster (--cluster-name), so that the
+// servers of many clusters can share one directory, repository or stream
+// with the defaults.
 const (
 	DefaultSinkNamespace    = "kollect-system"
-	DefaultPathTemplate     = "{namespace}/{inventory}.{ext}"
+	DefaultPathTemplate     = "{cluster}/{namespace}/{inventory}.{ext}"
 	DefaultGitBranch        = "main"
 	DefaultGitAuthorName    = "Kollect"
 	DefaultGitAuthorEmail   = "kollect@kollect.dev"
-	DefaultGitCommitMessage = "kollect: {namespace}/{inventory} ({itemCount} items, {checksum})"
+	DefaultGitCommitMessage = "kollect: {cluster}/{namespace}/{inventory} ({itemCount} items, {checksum})"
 	DefaultPostgresSchema   = "public"
 	DefaultPostgresTable    = "kollect_inventory"
-	DefaultNATSSubject      = "kollect.{namespace}.{inventory}"
+	DefaultNATSSubject      = "kollect.{cluster}.{namespace}.{inventory}"
 	DefaultSignatureHeader  = "X-Kollect-Signature"
 	DefaultWebhookTimeout   = 10 * time.Second
 	DefaultWebhookAttempts  = 5

@@ -164,8 +164,8 @@ func validGitSink() *kollect.SnapshotSink {
 			DeletionPolicy:    kollect.DeletionPolicyRetain,
 			Git: &kollect.GitSinkConfig{
 				Branch:        "main",
-				PathTemplate:  "{namespace}/{inventory}.{ext}",
-				CommitMessage: "kollect: {namespace}/{inventory} ({itemCount} items, {checksum})",
+				PathTemplate:  "{cluster}/{namespace}/{inventory}.{ext}",
+				CommitMessage: "kollect: {cluster}/{namespace}/{inventory} ({itemCount} items, {checksum})",
 				AuthorName:    "Kollect",
 				AuthorEmail:   "kollect@kollect.dev",
 			},
@@ -181,7 +181,7 @@ func validFileSink() *kollect.SnapshotSink {
 			Endpoint:       "file:///var/lib/kollect",
 			Serialization:  kollect.Serialization{Format: kollect.SerializationJSON},
 			DeletionPolicy: kollect.DeletionPolicyDelete,
-			File:           &kollect.FileSinkConfig{PathTemplate: "{namespace}/{inventory}.{ext}"},
+			File:           &kollect.FileSinkConfig{PathTemplate: "{cluster}/{namespace}/{inventory}.{ext}"},
 		},
 	}
 }
@@ -205,7 +205,7 @@ func validNATSSink() *kollect.EventSink {
 			Type:           kollect.EventSinkNATS,
 			Endpoint:       "nats://nats.messaging:4222",
 			DeletionPolicy: kollect.DeletionPolicyRetain,
-			NATS:           &kollect.NATSSinkConfig{Stream: "kollect", Subject: "kollect.{namespace}.{inventory}"},
+			NATS:           &kollect.NATSSinkConfig{Stream: "kollect", Subject: "kollect.{cluster}.{namespace}.{inventory}"},
 		},
 	}
 }

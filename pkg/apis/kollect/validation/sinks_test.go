@@ -90,6 +90,8 @@ func TestFileSinkPaths(t *testing.T) {
 		{"doubled slashes and dots, cleaned", "file:////reports//./daily/", "", nil},
 		{"a name of 255 bytes", "file:///" + long[:255], "", nil},
 		{"a template naming another namespace's directory, inside this one", "file:///reports", "team-b/{inventory}.{ext}", nil},
+		{"the default template, with the cluster", "file:///reports", "{cluster}/{namespace}/{inventory}.{ext}", nil},
+		{"a template going up through the cluster", "file:///reports", "{cluster}/../../{inventory}.{ext}", []fieldErr{{"spec.file.pathTemplate", field.ErrorTypeInvalid}}},
 		{"..", "file:///../team-b", "", []fieldErr{{"spec.endpoint", field.ErrorTypeInvalid}}},
 		{".. after a name", "file:///reports/../../team-b", "", []fieldErr{{"spec.endpoint", field.ErrorTypeInvalid}}},
 		{"percent-encoded ..", "file:///%2e%2e/team-b", "", []fieldErr{{"spec.endpoint", field.ErrorTypeInvalid}}},

@@ -13,11 +13,13 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect"
 )
 
-// Placeholders each template may use.
+// Placeholders each template may use. {cluster} is the server's
+// --cluster-name, which admission does not know: templates are checked
+// for their shape only, and the sinks check the expanded value.
 var (
-	pathPlaceholders    = []string{"namespace", "inventory", "ext"}
-	commitPlaceholders  = []string{"namespace", "inventory", "itemCount", "checksum"}
-	subjectPlaceholders = []string{"namespace", "inventory", "kind", "name"}
+	pathPlaceholders    = []string{"cluster", "namespace", "inventory", "ext"}
+	commitPlaceholders  = []string{"cluster", "namespace", "inventory", "itemCount", "checksum"}
+	subjectPlaceholders = []string{"cluster", "namespace", "inventory", "kind", "name"}
 )
 
 const (

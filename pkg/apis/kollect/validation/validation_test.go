@@ -361,7 +361,7 @@ func TestInvalid(t *testing.T) {
 			[]fieldErr{{"spec.git", forbidden}}},
 		{"file sink with bad path templates", fileSink(func(s *kollect.SnapshotSink) { s.Spec.File.PathTemplate = "../{namespace}.{ext}" }),
 			[]fieldErr{{"spec.file.pathTemplate", invalid}}},
-		{"file sink with unknown placeholder", fileSink(func(s *kollect.SnapshotSink) { s.Spec.File.PathTemplate = "{cluster}/{inventory}.{ext}" }),
+		{"file sink with unknown placeholder", fileSink(func(s *kollect.SnapshotSink) { s.Spec.File.PathTemplate = "{region}/{inventory}.{ext}" }),
 			[]fieldErr{{"spec.file.pathTemplate", invalid}}},
 		{"git sink without git block", gitSink(func(s *kollect.SnapshotSink) { s.Spec.Git = nil }),
 			[]fieldErr{{"spec.git", required}}},

@@ -14,8 +14,13 @@ import (
 	"errors"
 )
 
-// Inventory identifies the Inventory or ClusterInventory being exported.
+// Inventory identifies the Inventory or ClusterInventory being exported,
+// and the cluster it belongs to: every key a sink stores (row key, path,
+// subject, event id and source) includes Cluster, so that many clusters
+// can share one sink without touching each other's data.
 type Inventory struct {
+	// Cluster is the exporting server's --cluster-name.
+	Cluster string `json:"cluster"`
 	// Kind is "Inventory" or "ClusterInventory".
 	Kind string `json:"kind"`
 	// Namespace is empty for a ClusterInventory.
@@ -101,31 +106,48 @@ type SnapshotSink interface {
 	Prober
 }
 
+// Cursor is what a database sink stores beside the rows of an inventory,
+// in the transaction that writes them.
+type Cursor struct {
+	// Position is the item resourceVersion up to which every change of
+	// the inventory is in the rows ("" when none was stored).
+	Position string
+	// Epoch is the leadership epoch of the writer (when it acquired the
+	// controllers' Lease, in microseconds). A sink refuses a write whose epoch is
+	// older than the stored one: a former leader that was paused and
+	// resumes cannot overwrite what its successor wrote.
+	Epoch int64
+}
+
 // DatabaseSink applies per-item deltas: the postgres type.
 type DatabaseSink interface {
-	// State returns what the sink holds for the inventory: item UID to
-	// item hash, and the cursor stored with the last applied batch ("" when
-	// none). The exporter diffs it against the inventory to resume after a
-	// restart and to repair drift.
-	State(ctx context.Context, inv Inventory) (hashes map[string]string, cursor string, err error)
+	// State returns what the sink holds for the inventory (of inv.Cluster
+	// only): item UID to item hash, and the cursor stored with the last
+	// applied batch. The exporter diffs it against the inventory to resume
+	// after a restart and to repair drift.
+	State(ctx context.Context, inv Inventory) (hashes map[string]string, cursor Cursor, err error)
 	// Apply applies the changes and stores cursor in one transaction:
 	// after a crash either all of them and the cursor are stored, or none.
-	// Upserts are keyed by (inventory namespace, inventory name, item UID),
-	// so applying a change twice leaves one row.
-	Apply(ctx context.Context, inv Inventory, changes []Change, cursor string) error
-	// Delete removes every row of the inventory and its cursor.
-	Delete(ctx context.Context, inv Inventory) error
+	// Upserts are keyed by (cluster, inventory namespace, inventory name,
+	// item UID), so applying a change twice leaves one row. When the
+	// stored cursor's epoch is newer than cursor.Epoch, Apply changes
+	// nothing and returns an error wrapping ErrFenced.
+	Apply(ctx context.Context, inv Inventory, changes []Change, cursor Cursor) error
+	// Delete removes every row of the inventory (of inv.Cluster), fenced
+	// like Apply: it keeps the cursor, emptied, with cursor.Epoch, so that
+	// a former leader's batch arriving later is refused.
+	Delete(ctx context.Context, inv Inventory, cursor Cursor) error
 	Prober
 }
 
-// EventSink publishes one event per change: the nats and webhook types.
+// EventSink publishes events: the nats and webhook types. The exporter
+// builds the events (NewEvent, NewResyncEvent); the sink only carries them.
 type EventSink interface {
-	// Publish sends one event per change, in order, and returns once every
-	// event is acknowledged (a JetStream ack, a 2xx answer). On error the
-	// events before the failing one were delivered; the exporter retries
-	// the rest, and the idempotency key (Event.ID) lets the receiver drop
-	// repeats.
-	Publish(ctx context.Context, inv Inventory, changes []Change) error
+	// Publish sends the events in order and returns once every one is
+	// acknowledged (a JetStream ack, a 2xx answer). On error the events
+	// before the failing one were delivered; the exporter sends the rest
+	// again later with the same ids, which lets a receiver drop repeats.
+	Publish(ctx context.Context, inv Inventory, events []Event) error
 	Prober
 }
 
@@ -141,3 +163,7 @@ type Prober interface {
 // a rejected credential); the exporter reports them without backing off
 // into a hot loop and waits for the spec or Secret to change.
 var ErrPermanent = errors.New("permanent sink error")
+
+// ErrFenced marks a write a database sink refused because a newer leader
+// wrote since (Cursor.Epoch): this replica no longer leads.
+var ErrFenced = errors.New("fenced: a newer leader wrote to the sink")

@@ -51,9 +51,10 @@ type Admission interface {
 	AdmitCreate(ctx context.Context, obj runtime.Object) error
 	AdmitUpdate(ctx context.Context, obj, old runtime.Object) error
 	// LockCreate takes a lock a create in namespace holds from admission
-	// until the object is stored, and returns its unlock: checks that
-	// count objects (quotas) see every create before theirs.
-	LockCreate(namespace string) (unlock func())
+	// until the object is stored, and returns its unlock, which is given
+	// the stored object (nil when nothing was created): checks that count
+	// objects (quotas) see every create before theirs.
+	LockCreate(namespace string) (unlock func(created runtime.Object))
 }
 
 // NewStore builds the generic etcd-backed store of a kind.
@@ -110,21 +111,34 @@ func NewREST(store *genericregistry.Store, k Kind) *REST {
 
 // Create stores a new object once the kind's admission allows it.
 func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
-	if r.admission != nil {
-		defer r.admission.LockCreate(genericapirequest.NamespaceValue(ctx))()
+	if r.admission == nil {
+		out, err := r.Store.Create(ctx, obj, createValidation, options)
+		return out, storageError(err)
 	}
+	unlock := r.admission.LockCreate(genericapirequest.NamespaceValue(ctx))
 	out, err := r.Store.Create(ctx, obj, r.admitCreate(createValidation), options)
+	if err != nil {
+		unlock(nil)
+	} else {
+		unlock(out)
+	}
 	return out, storageError(err)
 }
 
 // Update replaces an object (or creates it, for server-side apply) once the
 // kind's admission allows it. Patches and applies come through here too.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	unlock := func(runtime.Object) {}
 	if r.admission != nil && forceAllowCreate {
 		// A server-side apply may create the object.
-		defer r.admission.LockCreate(genericapirequest.NamespaceValue(ctx))()
+		unlock = r.admission.LockCreate(genericapirequest.NamespaceValue(ctx))
 	}
 	out, created, err := r.Store.Update(ctx, name, updateErrors(ctx, objInfo), r.admitCreate(createValidation), r.admitUpdate(updateValidation), forceAllowCreate, options)
+	if err == nil && created {
+		unlock(out)
+	} else {
+		unlock(nil)
+	}
 	return out, created, storageError(err)
 }
 

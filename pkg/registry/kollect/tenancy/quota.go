@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sort"
 	"strconv"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -32,9 +34,13 @@ import (
 //
 // Admission counts objects: creating one beyond its quota is 403 Forbidden,
 // as kube's ResourceQuota answers, naming the Scope, the field, the count
-// and the limit. Counting reads the server's storage; creates of what one
-// quota counts hold a lock from the count to the write (Admission.Lock), so
-// a replica never overshoots. Replicas share no ledger: creates reaching two
+// and the limit. Counting reads the server's watch cache; creates of what
+// one quota counts hold a lock from the count to the write (Admission.Lock),
+// and a count waits until the cache holds this replica's last create under
+// that lock (a consistent read would wait for etcd's next progress
+// notification, ~100 ms per create), so a replica never overshoots. A count
+// that would refuse is read again from etcd: a deletion the cache has not
+// seen yet never refuses a create. Replicas share no ledger: creates reaching two
 // at the same moment may overshoot by one each. Lowering a quota removes nothing: existing objects
 // stay, new ones are refused. The collector enforces maxItems and
 // maxItemBytes on items (pkg/controllers/collect).
@@ -285,10 +291,15 @@ func (c *Checker) WithQuota(what Counted, a Admission) Admission {
 			return c.checkQuota(ctx, what, obj)
 		},
 		Update: a.Update,
-		Lock: func(namespace string) func() {
+		Lock: func(namespace string) func(runtime.Object) {
 			key := what.lockKey(namespace)
 			c.creates.LockKey(key)
-			return func() { _ = c.creates.UnlockKey(key) }
+			return func(created runtime.Object) {
+				if m, err := meta.Accessor(created); created != nil && err == nil {
+					c.created.Store(key+"/"+kindOf(created), m.GetResourceVersion())
+				}
+				_ = c.creates.UnlockKey(key)
+			}
 		},
 	}
 }
@@ -335,7 +346,10 @@ func (c *Checker) checkQuota(ctx context.Context, what Counted, obj runtime.Obje
 		if !qc.quota.Set {
 			continue
 		}
-		used, err := c.count(ctx, what, qc.namespace)
+		used, err := c.count(ctx, what, qc.namespace, what.lockKey(namespace), false)
+		if err == nil && !qc.quota.Allows(used+1) {
+			used, err = c.count(ctx, what, qc.namespace, "", true)
+		}
 		if err != nil {
 			return fmt.Errorf("counting %s for the quota: %w", what.resource, err)
 		}
@@ -347,6 +361,9 @@ func (c *Checker) checkQuota(ctx context.Context, what Counted, obj runtime.Obje
 	}
 	return nil
 }
+
+// kindOf names an object's Go type ("EventSink", "EventSinkList").
+func kindOf(obj runtime.Object) string { return reflect.TypeOf(obj).Elem().Name() }
 
 // quotaCheck is one quota a create must fit, counted in namespace (all
 // namespaces, or the cluster kinds, when empty).
@@ -368,14 +385,23 @@ func resourceOf(obj runtime.Object, what Counted) schema.GroupResource {
 	return kollect.Resource(what.resource)
 }
 
-// count is how many objects of what exist in namespace (all when empty).
-func (c *Checker) count(ctx context.Context, what Counted, namespace string) (int64, error) {
+// count is how many objects of what exist in namespace (all when empty):
+// from the watch cache once it holds this replica's last create under
+// lockKey, or from etcd when consistent is set.
+func (c *Checker) count(ctx context.Context, what Counted, namespace, lockKey string, consistent bool) (int64, error) {
 	var n int64
 	for _, l := range what.listers(c.lookups.Quota) {
 		if l == nil {
 			continue
 		}
-		out, err := l.List(genericapirequest.WithNamespace(ctx, namespace), &metainternalversion.ListOptions{})
+		opts := &metainternalversion.ListOptions{}
+		if !consistent {
+			opts.ResourceVersion = "0"
+			if rv, ok := c.created.Load(lockKey + "/" + strings.TrimSuffix(kindOf(l.NewList()), "List")); ok {
+				opts.ResourceVersion, opts.ResourceVersionMatch = rv.(string), metav1.ResourceVersionMatchNotOlderThan
+			}
+		}
+		out, err := l.List(genericapirequest.WithNamespace(ctx, namespace), opts)
 		if err != nil {
 			return 0, err
 		}
@@ -388,7 +414,8 @@ func (c *Checker) count(ctx context.Context, what Counted, namespace string) (in
 func (c *Checker) namespaceQuotas(ctx context.Context, namespace string) (QuotaSet, error) {
 	var scopes []kollect.Scope
 	if c.lookups.Scopes != nil {
-		out, err := c.lookups.Scopes.List(genericapirequest.WithNamespace(ctx, namespace), &metainternalversion.ListOptions{})
+		// From the watch cache: a Scope applies once the cache has it.
+		out, err := c.lookups.Scopes.List(genericapirequest.WithNamespace(ctx, namespace), &metainternalversion.ListOptions{ResourceVersion: "0"})
 		if err != nil {
 			return QuotaSet{}, err
 		}
@@ -405,7 +432,7 @@ func (c *Checker) namespaceQuotas(ctx context.Context, namespace string) (QuotaS
 func (c *Checker) clusterQuotas(ctx context.Context) (QuotaSet, error) {
 	var scopes []kollect.ClusterScope
 	if c.lookups.ClusterScopes != nil {
-		out, err := c.lookups.ClusterScopes.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceNone), &metainternalversion.ListOptions{})
+		out, err := c.lookups.ClusterScopes.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceNone), &metainternalversion.ListOptions{ResourceVersion: "0"})
 		if err != nil {
 			return QuotaSet{}, err
 		}

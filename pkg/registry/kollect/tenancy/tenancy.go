@@ -40,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -96,6 +97,10 @@ type Checker struct {
 	// creates serializes the creates one quota counts (WithQuota), from
 	// the count to the write.
 	creates keymutex.KeyMutex
+	// created holds, per lock key and kind, the resourceVersion of the
+	// last object this replica created under that key: a count reads the
+	// watch cache once it holds that revision.
+	created sync.Map
 }
 
 // New returns a Checker. Call SetLookups once the storage it reads exists,
@@ -113,16 +118,17 @@ type Admission struct {
 	Create func(ctx context.Context, obj runtime.Object) error
 	Update func(ctx context.Context, obj, old runtime.Object) error
 	// Lock, when set, is held by the registry around a create in
-	// namespace, from admission to the write, and returns its unlock: a
-	// quota's count then sees every create before it.
-	Lock func(namespace string) (unlock func())
+	// namespace, from admission to the write, and returns its unlock,
+	// given the stored object (nil when none): a quota's count then sees
+	// every create before it.
+	Lock func(namespace string) (unlock func(created runtime.Object))
 }
 
 // LockCreate takes the lock a create in namespace must hold until the
 // object is stored.
-func (a Admission) LockCreate(namespace string) (unlock func()) {
+func (a Admission) LockCreate(namespace string) (unlock func(created runtime.Object)) {
 	if a.Lock == nil {
-		return func() {}
+		return func(runtime.Object) {}
 	}
 	return a.Lock(namespace)
 }

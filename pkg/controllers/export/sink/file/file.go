@@ -28,9 +28,11 @@ import (
 	"kollect.dev/kollect/pkg/controllers/export/sink"
 )
 
-// DefaultPathTemplate places each inventory's document in a directory per
-// namespace.
-const DefaultPathTemplate = "{namespace}/{inventory}.{ext}"
+// DefaultPathTemplate (the API's default) places each inventory's document
+// in a directory per cluster and namespace, so that the servers of many
+// clusters can share one directory without overwriting each other's
+// documents.
+const DefaultPathTemplate = v1alpha1.DefaultPathTemplate
 
 // ClusterNamespace stands in for the namespace of a ClusterInventory in
 // paths.
@@ -78,6 +80,20 @@ type Sink struct {
 
 var _ sink.SnapshotSink = (*Sink)(nil)
 
+func init() {
+	sink.Snapshots.Register(string(v1alpha1.SnapshotSinkFile), build)
+}
+
+// build is the file type's sink.Factory: the sink writes under
+// FileSinkRoot/<the sink's namespace>.
+func build(_ context.Context, spec *v1alpha1.SnapshotSinkSpec, p sink.Params) (sink.SnapshotSink, error) {
+	s, err := New(spec, Location{Root: p.FileSinkRoot, Namespace: p.Namespace})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 // New validates the spec and returns the sink. It does not touch the
 // file system.
 func New(spec *v1alpha1.SnapshotSinkSpec, loc Location) (*Sink, error) {
@@ -108,7 +124,7 @@ func New(spec *v1alpha1.SnapshotSinkSpec, loc Location) (*Sink, error) {
 	s := &Sink{loc: loc, dir: dir, pathTemplate: tmpl, format: format}
 	// Catch a template that can never yield a valid path before the first
 	// export, with sample values.
-	if _, err := s.path(sink.Inventory{Namespace: "ns", Name: "name"}); err != nil {
+	if _, err := s.path(sink.Inventory{Cluster: "cluster", Namespace: "ns", Name: "name"}); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -163,7 +179,13 @@ func (s *Sink) path(inv sink.Inventory) (string, error) {
 	if ns == "" {
 		ns = ClusterNamespace
 	}
+	if strings.Contains(s.pathTemplate, "{cluster}") {
+		if err := checkSegment(inv.Cluster); err != nil {
+			return "", fmt.Errorf("file sink: the cluster name %q cannot be a path element: %w: %w", inv.Cluster, err, sink.ErrPermanent)
+		}
+	}
 	p := sink.Expand(s.pathTemplate, map[string]string{
+		"cluster":   inv.Cluster,
 		"namespace": ns,
 		"inventory": inv.Name,
 		"ext":       s.format.Ext(),
@@ -172,6 +194,21 @@ func (s *Sink) path(inv sink.Inventory) (string, error) {
 		return "", fmt.Errorf("file sink: pathTemplate %q gives %q: %w: %w", s.pathTemplate, p, err, sink.ErrPermanent)
 	}
 	return path.Clean(p), nil
+}
+
+// checkSegment accepts a value that stands for exactly one path element.
+// The server's --cluster-name is a DNS label; checking here keeps a value
+// from elsewhere from moving a document into another cluster's directory.
+func checkSegment(v string) error {
+	switch {
+	case v == "":
+		return errors.New("it is empty")
+	case v == "." || v == "..":
+		return errors.New("it is . or ..")
+	case strings.ContainsAny(v, "/\\\x00"):
+		return errors.New("it contains a slash, backslash or NUL")
+	}
+	return nil
 }
 
 // checkPath rejects paths that could leave the directory. os.Root enforces

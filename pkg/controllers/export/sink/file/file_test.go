@@ -44,15 +44,15 @@ func envelope(inv sink.Inventory, generation int64, exportedAt time.Time, items 
 		Generation:    generation,
 		ItemCount:     len(items),
 		ExportedAt:    exportedAt,
-		Cluster:       "test",
+		Cluster:       inv.Cluster,
 		Inventory:     inv,
 		Items:         items,
 	}
 }
 
 var (
-	nsInv      = sink.Inventory{Kind: "Inventory", Namespace: "team-a", Name: "apps"}
-	clusterInv = sink.Inventory{Kind: "ClusterInventory", Name: "nodes"}
+	nsInv      = sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "team-a", Name: "apps"}
+	clusterInv = sink.Inventory{Cluster: "east", Kind: "ClusterInventory", Name: "nodes"}
 	exportedAt = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 )
 
@@ -124,7 +124,7 @@ func TestWriteFormats(t *testing.T) {
 				if ns == "" {
 					ns = ClusterNamespace
 				}
-				got, err := os.ReadFile(filepath.Join(dir, ns, inv.Name+"."+ext))
+				got, err := os.ReadFile(filepath.Join(dir, "east", ns, inv.Name+"."+ext))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -139,7 +139,7 @@ func TestWriteFormats(t *testing.T) {
 					t.Errorf("header = %+v, want checksum %s", header, env.Checksum)
 				}
 			}
-			want := []string{"team-a/out/_cluster/nodes." + ext, "team-a/out/team-a/apps." + ext}
+			want := []string{"team-a/out/east/_cluster/nodes." + ext, "team-a/out/east/team-a/apps." + ext}
 			if got := listFiles(t, root); strings.Join(got, ",") != strings.Join(want, ",") {
 				t.Errorf("files = %v, want %v (no temp files)", got, want)
 			}
@@ -157,7 +157,7 @@ func TestOverwrite(t *testing.T) {
 	if _, err := s.Write(ctx, nsInv, env); err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile(filepath.Join(dir, "team-a", "apps.json"))
+	got, err := os.ReadFile(filepath.Join(dir, "east", "team-a", "apps.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestOverwrite(t *testing.T) {
 	if got := listFiles(t, dir); len(got) != 1 {
 		t.Errorf("files = %v, want one", got)
 	}
-	info, err := os.Stat(filepath.Join(dir, "team-a", "apps.json"))
+	info, err := os.Stat(filepath.Join(dir, "east", "team-a", "apps.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,11 +198,11 @@ func TestPathTemplate(t *testing.T) {
 func TestEndpointIsRelative(t *testing.T) {
 	legacy := filepath.Join(t.TempDir(), "legacy")
 	for endpoint, want := range map[string]string{
-		"file:///":                           "team-a/team-a/apps.json",
-		"file:///reports":                    "team-a/reports/team-a/apps.json",
-		"file:////reports//./daily/":         "team-a/reports/daily/team-a/apps.json",
-		"file:///reports/%2Fdaily":           "team-a/reports/daily/team-a/apps.json",
-		"file://" + filepath.ToSlash(legacy): "team-a" + filepath.ToSlash(legacy) + "/team-a/apps.json",
+		"file:///":                           "team-a/east/team-a/apps.json",
+		"file:///reports":                    "team-a/reports/east/team-a/apps.json",
+		"file:////reports//./daily/":         "team-a/reports/daily/east/team-a/apps.json",
+		"file:///reports/%2Fdaily":           "team-a/reports/daily/east/team-a/apps.json",
+		"file://" + filepath.ToSlash(legacy): "team-a" + filepath.ToSlash(legacy) + "/east/team-a/apps.json",
 	} {
 		t.Run(endpoint, func(t *testing.T) {
 			root := t.TempDir()
@@ -364,18 +364,20 @@ func TestConfinement(t *testing.T) {
 		{name: "symlinked parent directory", endpoint: "file:///nested/link/deeper",
 			plant: func(t *testing.T, e env) { symlink(t, "../../team-b", e.root, "team-a/nested/link") }},
 		{name: "symlink where the template's directory goes", endpoint: "file:///reports",
-			plant: func(t *testing.T, e env) { symlink(t, "../../team-b", e.root, "team-a/reports/team-a") }, probeOK: true},
+			plant: func(t *testing.T, e env) { symlink(t, "../../../team-b", e.root, "team-a/reports/east/team-a") }, probeOK: true},
+		{name: "symlink where the cluster's directory goes", endpoint: "file:///reports",
+			plant: func(t *testing.T, e env) { symlink(t, "../../team-b", e.root, "team-a/reports/east") }, probeOK: true},
 		{name: "symlink where the document goes is replaced, not followed", endpoint: "file:///reports",
 			plant: func(t *testing.T, e env) {
-				symlink(t, "../../../team-b/sentinel.json", e.root, "team-a/reports/team-a/apps.json")
+				symlink(t, "../../../../team-b/sentinel.json", e.root, "team-a/reports/east/team-a/apps.json")
 			},
-			written: "team-a/reports/team-a/apps.json"},
+			written: "team-a/reports/east/team-a/apps.json"},
 		{name: "symlink inside the namespace's directory is fine", endpoint: "file:///alias",
 			plant: func(t *testing.T, e env) {
 				mkdir(t, e.root, "team-a/real")
 				symlink(t, "real", e.root, "team-a/alias")
 			},
-			written: "team-a/real/team-a/apps.json"},
+			written: "team-a/real/east/team-a/apps.json"},
 		{name: "template naming another namespace stays inside", endpoint: "file:///", tmpl: "team-b/{inventory}.{ext}",
 			written: "team-a/team-b/apps.json"},
 		{name: "namespace directory replaced by a symlink to another namespace's", namespace: "team-c", endpoint: "file:///",
@@ -402,7 +404,7 @@ func TestConfinement(t *testing.T) {
 				ns = "team-a"
 			}
 			s := newSinkAt(t, e.root, ns, tc.endpoint, "", tc.tmpl)
-			inv := sink.Inventory{Kind: "Inventory", Namespace: "team-a", Name: "apps"}
+			inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "team-a", Name: "apps"}
 			_, err := s.Write(context.Background(), inv, envelope(inv, 1, exportedAt, item("a", "x", "1")))
 			switch {
 			case tc.written == "" && err == nil:
@@ -554,7 +556,7 @@ func TestConcurrentWrites(t *testing.T) {
 		}
 		last[i] = env
 	}
-	for i, name := range []string{"team-a/apps.ndjson", "_cluster/nodes.ndjson"} {
+	for i, name := range []string{"east/team-a/apps.ndjson", "east/_cluster/nodes.ndjson"} {
 		doc, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
@@ -600,7 +602,7 @@ func TestProbe(t *testing.T) {
 func TestFailedWriteLeavesNoTempFile(t *testing.T) {
 	root := t.TempDir()
 	dir := filepath.Join(root, "team-a", "out")
-	occupied := filepath.Join(dir, "team-a", "apps.json")
+	occupied := filepath.Join(dir, "east", "team-a", "apps.json")
 	if err := os.MkdirAll(occupied, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -611,7 +613,108 @@ func TestFailedWriteLeavesNoTempFile(t *testing.T) {
 	if _, err := s.Write(context.Background(), nsInv, envelope(nsInv, 1, exportedAt)); err == nil {
 		t.Fatal("Write over a directory succeeded")
 	}
-	if got := listFiles(t, dir); len(got) != 1 || got[0] != "team-a/apps.json/keep" {
+	if got := listFiles(t, dir); len(got) != 1 || got[0] != "east/team-a/apps.json/keep" {
 		t.Errorf("files = %v, want only the pre-existing one", got)
+	}
+}
+
+// TestClustersShareADirectory: the default template puts each cluster's
+// document in its own directory, so two clusters exporting same-named
+// inventories into one directory keep both documents, and deleting one
+// leaves the other.
+func TestClustersShareADirectory(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	// Two servers (two sinks, as on two clusters) on one directory.
+	east, dir := newSink(t, root, "", "")
+	west, _ := newSink(t, root, "", "")
+	eastInv := nsInv
+	westInv := nsInv
+	westInv.Cluster = "west"
+	eastEnv := envelope(eastInv, 1, exportedAt, item("team-a", "x", "east"))
+	westEnv := envelope(westInv, 1, exportedAt, item("team-a", "x", "west"), item("team-a", "y", "west"))
+	if _, err := east.Write(ctx, eastInv, eastEnv); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := west.Write(ctx, westInv, westEnv); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := listFiles(t, dir), []string{"east/team-a/apps.json", "west/team-a/apps.json"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("files = %v, want %v", got, want)
+	}
+	for cluster, env := range map[string]*sink.Envelope{"east": eastEnv, "west": westEnv} {
+		doc, err := os.ReadFile(filepath.Join(dir, cluster, "team-a", "apps.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		header, err := sink.Header(doc, sink.JSON)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if header.Checksum != env.Checksum || header.ItemCount != env.ItemCount || header.Cluster != cluster {
+			t.Errorf("%s's document: header %+v, want checksum %s, %d items, cluster %s", cluster, header, env.Checksum, env.ItemCount, cluster)
+		}
+	}
+	if err := east.Delete(ctx, eastInv); err != nil {
+		t.Fatal(err)
+	}
+	if got := listFiles(t, dir); len(got) != 1 || got[0] != "west/team-a/apps.json" {
+		t.Errorf("files after east's Delete = %v, want only west's", got)
+	}
+}
+
+// TestClusterNameIsOneElement: a cluster name that is not one plain path
+// element is refused before anything is written; a template without
+// {cluster} does not need one.
+func TestClusterNameIsOneElement(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	s, dir := newSink(t, root, "", "")
+	for _, cluster := range []string{"", ".", "..", "a/b", `a\b`, "a\x00b"} {
+		inv := nsInv
+		inv.Cluster = cluster
+		_, err := s.Write(ctx, inv, envelope(inv, 1, exportedAt))
+		if !errors.Is(err, sink.ErrPermanent) || !strings.Contains(err.Error(), "cluster name") {
+			t.Errorf("Write with cluster %q = %v, want a permanent error about the cluster name", cluster, err)
+		}
+		if err := s.Delete(ctx, inv); !errors.Is(err, sink.ErrPermanent) {
+			t.Errorf("Delete with cluster %q = %v, want a permanent error", cluster, err)
+		}
+	}
+	if got := listFiles(t, root); len(got) != 0 {
+		t.Errorf("files = %v, want none", got)
+	}
+
+	plain := newSinkAt(t, root, "team-a", "file:///out", "", "{namespace}/{inventory}.{ext}")
+	inv := nsInv
+	inv.Cluster = ""
+	if _, err := plain.Write(ctx, inv, envelope(inv, 1, exportedAt)); err != nil {
+		t.Fatalf("Write without {cluster} and without a cluster name: %v", err)
+	}
+	if got := listFiles(t, dir); len(got) != 1 || got[0] != "team-a/apps.json" {
+		t.Errorf("files = %v, want [team-a/apps.json]", got)
+	}
+}
+
+// TestRegistered: the file type is built through sink.Snapshots from the
+// server's --file-sink-root and the sink's namespace.
+func TestRegistered(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	spec := &v1alpha1.SnapshotSinkSpec{Type: v1alpha1.SnapshotSinkFile, Endpoint: "file:///out"}
+	s, err := sink.Snapshots.Build(ctx, string(v1alpha1.SnapshotSinkFile), spec, sink.Params{Namespace: "team-b", FileSinkRoot: root})
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if _, err := s.Write(ctx, nsInv, envelope(nsInv, 1, exportedAt)); err != nil {
+		t.Fatal(err)
+	}
+	if got := listFiles(t, root); len(got) != 1 || got[0] != "team-b/out/east/team-a/apps.json" {
+		t.Errorf("files = %v, want [team-b/out/east/team-a/apps.json]", got)
+	}
+	disabled, err := sink.Snapshots.Build(ctx, string(v1alpha1.SnapshotSinkFile), spec, sink.Params{Namespace: "team-b"})
+	if !errors.Is(err, ErrDisabled) || disabled != nil {
+		t.Errorf("Build without --file-sink-root = %v, %v; want ErrDisabled and no sink", disabled, err)
 	}
 }

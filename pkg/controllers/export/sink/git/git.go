@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -48,13 +49,14 @@ import (
 	"kollect.dev/kollect/pkg/netguard"
 )
 
-// Defaults of the git sink configuration.
+// Defaults of the git sink configuration: the API's (admission stores
+// them in the spec), for specs that were not defaulted.
 const (
-	DefaultBranch        = "main"
-	DefaultPathTemplate  = "{namespace}/{inventory}.{ext}"
-	DefaultCommitMessage = "kollect: {namespace}/{inventory}: {itemCount} items, checksum {checksum}"
-	DefaultAuthorName    = "Kollect"
-	DefaultAuthorEmail   = "kollect@kollect.dev"
+	DefaultBranch        = v1alpha1.DefaultGitBranch
+	DefaultPathTemplate  = v1alpha1.DefaultPathTemplate // a directory per cluster
+	DefaultCommitMessage = v1alpha1.DefaultGitCommitMessage
+	DefaultAuthorName    = v1alpha1.DefaultGitAuthorName
+	DefaultAuthorEmail   = v1alpha1.DefaultGitAuthorEmail
 	// DefaultUsername is the HTTP basic auth user sent with a token when the
 	// Secret has no "username"; hosts that authenticate by token alone
 	// ignore it.
@@ -68,6 +70,10 @@ const ClusterNamespace = "_cluster"
 // maxPushRetries bounds how often a push rejected because someone else
 // moved the branch is rebuilt on the new head and tried again.
 const maxPushRetries = 3
+
+// retryPause scales the random pause before a retried push: up to
+// retryPause<<n before retry n.
+const retryPause = 25 * time.Millisecond
 
 const remoteName = "origin"
 
@@ -98,6 +104,34 @@ type Sink struct {
 }
 
 var _ sink.SnapshotSink = (*Sink)(nil)
+
+// ErrLocalDisabled refuses a file:// repository on a server without
+// --allow-local-git-sinks. Admission refuses them too; this covers sinks
+// admitted by a server that had the flag, or before the flag existed.
+var ErrLocalDisabled = fmt.Errorf("git repositories on the server's file system (file://) are disabled: the server runs without --allow-local-git-sinks: %w", sink.ErrPermanent)
+
+func init() {
+	sink.Snapshots.Register(string(v1alpha1.SnapshotSinkGit), build)
+}
+
+// build is the git type's sink.Factory: the clone lives in p.StateDir.
+func build(_ context.Context, spec *v1alpha1.SnapshotSinkSpec, p sink.Params) (sink.SnapshotSink, error) {
+	if spec != nil && isLocalEndpoint(spec.Endpoint) && !p.AllowLocal {
+		return nil, ErrLocalDisabled
+	}
+	s, err := New(spec, p.Secret, p.StateDir, p.Dialer)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// isLocalEndpoint reports whether a URL names the server's file system.
+// One that does not parse is not local: New refuses it.
+func isLocalEndpoint(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	return err == nil && strings.EqualFold(u.Scheme, "file")
+}
 
 // New validates the spec and the Secret, and opens or prepares the clone
 // in workDir: a clone of the same endpoint left by an earlier run is
@@ -138,7 +172,7 @@ func New(spec *v1alpha1.SnapshotSinkSpec, secret sink.Secret, workDir string, di
 	}
 	// A template that cannot give a valid path fails now, not at the first
 	// export.
-	if _, err := s.path(sink.Inventory{Namespace: "ns", Name: "name"}); err != nil {
+	if _, err := s.path(sink.Inventory{Cluster: "cluster", Namespace: "ns", Name: "name"}); err != nil {
 		return nil, err
 	}
 
@@ -311,7 +345,13 @@ func secretValues(secret sink.Secret) []string {
 
 // path is the inventory's document path in the repository.
 func (s *Sink) path(inv sink.Inventory) (string, error) {
+	if strings.Contains(s.pathTemplate, "{cluster}") {
+		if err := checkSegment(inv.Cluster); err != nil {
+			return "", fmt.Errorf("git sink: the cluster name %q cannot be a path element: %w: %w", inv.Cluster, err, sink.ErrPermanent)
+		}
+	}
 	p := sink.Expand(s.pathTemplate, map[string]string{
+		"cluster":   inv.Cluster,
 		"namespace": namespaceOf(inv),
 		"inventory": inv.Name,
 		"ext":       s.format.Ext(),
@@ -327,6 +367,21 @@ func namespaceOf(inv sink.Inventory) string {
 		return ClusterNamespace
 	}
 	return inv.Namespace
+}
+
+// checkSegment accepts a value that stands for exactly one path element.
+// The server's --cluster-name is a DNS label; checking here keeps any other
+// value from moving a document into another cluster's directory.
+func checkSegment(v string) error {
+	switch {
+	case v == "":
+		return errors.New("it is empty")
+	case v == "." || v == ".." || strings.EqualFold(v, ".git"):
+		return errors.New("it is ., .. or .git")
+	case strings.ContainsAny(v, "/\\\x00"):
+		return errors.New("it contains a slash, backslash or NUL")
+	}
+	return nil
 }
 
 // checkPath accepts a relative slash-separated path of plain names: no
@@ -407,6 +462,7 @@ func (s *Sink) Write(ctx context.Context, inv sink.Inventory, env *sink.Envelope
 		return false, fmt.Errorf("git sink: encoding: %w: %w", err, sink.ErrPermanent)
 	}
 	message := sink.Expand(s.messageTemplate, map[string]string{
+		"cluster":   inv.Cluster,
 		"namespace": namespaceOf(inv),
 		"inventory": inv.Name,
 		"itemCount": strconv.Itoa(env.ItemCount),
@@ -444,6 +500,9 @@ func (s *Sink) Delete(ctx context.Context, inv sink.Inventory) error {
 		return err
 	}
 	message := fmt.Sprintf("kollect: remove %s/%s", namespaceOf(inv), inv.Name)
+	if inv.Cluster != "" {
+		message = fmt.Sprintf("kollect: remove %s/%s/%s", inv.Cluster, namespaceOf(inv), inv.Name)
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -471,7 +530,15 @@ func (s *Sink) commitAndPush(ctx context.Context, p, message string, when time.T
 		return false, errors.New("sink is closed")
 	}
 	var pushErr error
-	for range 1 + maxPushRetries {
+	for attempt := range 1 + maxPushRetries {
+		if attempt > 0 {
+			// Another writer won the race (a replica, or another cluster's
+			// server on the same branch): a short jittered pause lets it
+			// finish instead of racing it again in lockstep.
+			if err := pause(ctx, time.Duration(rand.Int64N(int64(retryPause<<attempt)))); err != nil {
+				return false, fmt.Errorf("pushing: %w (stopped retrying: %w)", pushErr, err)
+			}
+		}
 		head, err := s.fetch(ctx)
 		if err != nil {
 			return false, fmt.Errorf("fetching: %w", err)
@@ -497,6 +564,17 @@ func (s *Sink) commitAndPush(ctx context.Context, p, message string, when time.T
 		}
 	}
 	return false, fmt.Errorf("pushing: branch moved on every one of %d attempts: %w", 1+maxPushRetries, pushErr)
+}
+
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // fetch updates the remote-tracking ref and hard-resets the local branch

@@ -21,8 +21,8 @@ import (
 )
 
 var (
-	nsInv      = sink.Inventory{Kind: "Inventory", Namespace: "team-a", Name: "apps"}
-	clusterInv = sink.Inventory{Kind: "ClusterInventory", Name: "nodes"}
+	nsInv      = sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "team-a", Name: "apps"}
+	clusterInv = sink.Inventory{Cluster: "east", Kind: "ClusterInventory", Name: "nodes"}
 	exportedAt = time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 )
 
@@ -50,7 +50,7 @@ func envelope(inv sink.Inventory, generation int64, at time.Time, items ...*sink
 		Generation:    generation,
 		ItemCount:     len(items),
 		ExportedAt:    at,
-		Cluster:       "test",
+		Cluster:       inv.Cluster,
 		Inventory:     inv,
 		Items:         items,
 	}

@@ -134,7 +134,7 @@ func TestHTTPS(t *testing.T) {
 	if n := commitCount(t, bare, "main"); n != 1 {
 		t.Fatalf("commits = %d, want 1", n)
 	}
-	if got := show(t, bare, "main:team-a/apps.json"); got != encode(t, env, sink.JSON) {
+	if got := show(t, bare, "main:east/team-a/apps.json"); got != encode(t, env, sink.JSON) {
 		t.Errorf("document = %s", got)
 	}
 	if err := s.Probe(ctx); err != nil {
@@ -251,14 +251,14 @@ func TestHTTPSConcurrentPush(t *testing.T) {
 			if n := commitCount(t, bare, "main"); n != 3 {
 				t.Errorf("commits = %d, want 3", n)
 			}
-			if files := lsTree(t, bare, "main"); !slices.Equal(files, []string{"foreign.txt", "team-a/apps.json"}) {
+			if files := lsTree(t, bare, "main"); !slices.Equal(files, []string{"east/team-a/apps.json", "foreign.txt"}) {
 				t.Errorf("files = %v", files)
 			}
 			// The sink's commit is on top of the foreign one.
 			if got := git(t, bare, "--git-dir="+bare, "log", "--format=%an", "main"); got != "Kollect\nSomeone Else\nKollect" {
 				t.Errorf("authors, newest first = %q", got)
 			}
-			if got := show(t, bare, "main:team-a/apps.json"); got != encode(t, env, sink.JSON) {
+			if got := show(t, bare, "main:east/team-a/apps.json"); got != encode(t, env, sink.JSON) {
 				t.Errorf("document = %s", got)
 			}
 		})

@@ -39,7 +39,7 @@ func TestLocalRepository(t *testing.T) {
 	if n := commitCount(t, bare, "main"); n != 1 {
 		t.Fatalf("commits = %d, want 1", n)
 	}
-	if got, want := show(t, bare, "main:team-a/apps.json"), encode(t, env1, sink.JSON); got != want {
+	if got, want := show(t, bare, "main:east/team-a/apps.json"), encode(t, env1, sink.JSON); got != want {
 		t.Errorf("committed document\n%s\nwant\n%s", got, want)
 	}
 
@@ -64,7 +64,7 @@ func TestLocalRepository(t *testing.T) {
 	}
 	got := git(t, bare, "--git-dir="+bare, "log", "-1", "--format=%an <%ae>|%cn <%ce>|%at|%s", "main")
 	want := "Kollect <kollect@kollect.dev>|Kollect <kollect@kollect.dev>|" + strconv.FormatInt(at.Unix(), 10) +
-		"|kollect: team-a/apps: 1 items, checksum " + env2.Checksum
+		"|kollect: east/team-a/apps (1 items, " + env2.Checksum + ")"
 	if got != want {
 		t.Errorf("commit = %q, want %q", got, want)
 	}
@@ -83,7 +83,7 @@ func TestLocalRepository(t *testing.T) {
 	if n := commitCount(t, bare, "main"); n != 5 {
 		t.Fatalf("commits = %d, want 5", n)
 	}
-	if files := lsTree(t, bare, "main"); !slices.Equal(files, []string{"_cluster/nodes.json", "team-a/apps.json"}) {
+	if files := lsTree(t, bare, "main"); !slices.Equal(files, []string{"east/_cluster/nodes.json", "east/team-a/apps.json"}) {
 		t.Errorf("files = %v", files)
 	}
 
@@ -91,10 +91,10 @@ func TestLocalRepository(t *testing.T) {
 	if err := s.Delete(ctx, nsInv); err != nil {
 		t.Fatal(err)
 	}
-	if got := git(t, bare, "--git-dir="+bare, "log", "-1", "--format=%s", "main"); got != "kollect: remove team-a/apps" {
+	if got := git(t, bare, "--git-dir="+bare, "log", "-1", "--format=%s", "main"); got != "kollect: remove east/team-a/apps" {
 		t.Errorf("removal commit message = %q", got)
 	}
-	if files := lsTree(t, bare, "main"); !slices.Equal(files, []string{"_cluster/nodes.json"}) {
+	if files := lsTree(t, bare, "main"); !slices.Equal(files, []string{"east/_cluster/nodes.json"}) {
 		t.Errorf("files after Delete = %v", files)
 	}
 	if err := s.Delete(ctx, nsInv); err != nil {
@@ -237,7 +237,7 @@ func TestForeignContentIsKept(t *testing.T) {
 	if n := commitCount(t, bare, "main"); n != 4 {
 		t.Errorf("commits = %d, want 4", n)
 	}
-	if files := lsTree(t, bare, "main"); !slices.Equal(files, []string{"README", "team-a-notes.txt", "team-a/apps.json"}) {
+	if files := lsTree(t, bare, "main"); !slices.Equal(files, []string{"README", "east/team-a/apps.json", "team-a-notes.txt"}) {
 		t.Errorf("files = %v", files)
 	}
 	// A file where the sink needs a directory is an error, not data loss.

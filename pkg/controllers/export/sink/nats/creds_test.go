@@ -116,7 +116,7 @@ func TestCredsAuth(t *testing.T) {
 		t.Fatalf("Probe with creds: %v", err)
 	}
 	cs := changes(t, 2)
-	if err := s.Publish(ctxT(t), teamInv, cs); err != nil {
+	if err := s.Publish(ctxT(t), teamInv, events(teamInv, cs)); err != nil {
 		t.Fatalf("Publish with creds: %v", err)
 	}
 	checkMsg(t, st, 2, prefix+".web_prod", teamInv, cs[1])

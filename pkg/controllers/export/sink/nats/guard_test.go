@@ -100,7 +100,7 @@ func TestLoopbackRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for op, err := range map[string]error{"Probe": s.Probe(ctxT(t)), "Publish": s.Publish(ctxT(t), teamInv, changes(t, 1))} {
+		for op, err := range map[string]error{"Probe": s.Probe(ctxT(t)), "Publish": s.Publish(ctxT(t), teamInv, events(teamInv, changes(t, 1)))} {
 			if c := sink.Classify(err); c == nil || c.Outcome != sink.OutcomeAddressForbidden {
 				t.Errorf("%s %s: %v classified %+v, want AddressForbidden", endpoint, op, err, c)
 			}

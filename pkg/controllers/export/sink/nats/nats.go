@@ -1,11 +1,12 @@
-// Package nats is the nats EventSink: it publishes one CloudEvent per item
-// change to a NATS JetStream stream.
+// Package nats is the nats EventSink: it publishes the CloudEvents the
+// exporter builds, one message each, to a NATS JetStream stream.
 //
 // Each message carries the event's ID as Nats-Msg-Id, so the stream's
 // duplicate window drops an event the exporter publishes again after a
-// partial failure, and the expected-stream header, so a subject that the
-// configured stream does not capture fails instead of landing in another
-// stream or nowhere.
+// partial failure (the ID names the cluster and the inventory, so events
+// of two inventories sharing a stream never collide), and the
+// expected-stream header, so a subject that the configured stream does not
+// capture fails instead of landing in another stream or nowhere.
 //
 // Connections go through the server's netguard.Dialer, to the endpoint's
 // servers only: the servers a NATS server advertises (connect_urls) are
@@ -36,8 +37,10 @@ import (
 )
 
 const (
-	// DefaultSubject is the subject template when spec.nats.subject is empty.
-	DefaultSubject = "kollect.{namespace}.{inventory}"
+	// DefaultSubject (the API's default) is the subject template when
+	// spec.nats.subject is empty: a subject per cluster and inventory, so
+	// that consumers of a stream many clusters share can filter by cluster.
+	DefaultSubject = v1alpha1.DefaultNATSSubject
 	// ClusterNamespace stands in for {namespace} for a ClusterInventory: an
 	// empty subject token is invalid.
 	ClusterNamespace = "_cluster"
@@ -80,6 +83,19 @@ type Sink struct {
 
 var _ sink.EventSink = (*Sink)(nil)
 
+func init() {
+	sink.Events.Register(string(v1alpha1.EventSinkNATS), build)
+}
+
+// build is the nats type's sink.Factory.
+func build(_ context.Context, spec *v1alpha1.EventSinkSpec, p sink.Params) (sink.EventSink, error) {
+	s, err := New(spec, p.Secret, p.Dialer)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 // New validates the spec and Secret and returns a sink that has not
 // connected yet and connects only through dialer. Errors from a spec or
 // Secret that cannot work wrap sink.ErrPermanent.
@@ -99,6 +115,9 @@ func (s *Sink) init(spec *v1alpha1.EventSinkSpec, secret sink.Secret, dialer *ne
 	if dialer == nil {
 		return fmt.Errorf("nats: no dialer: %w", sink.ErrPermanent)
 	}
+	if spec == nil {
+		return fmt.Errorf("nats: no spec: %w", sink.ErrPermanent)
+	}
 	if spec.NATS == nil || spec.NATS.Stream == "" {
 		return fmt.Errorf("nats: spec.nats.stream is required: %w", sink.ErrPermanent)
 	}
@@ -109,7 +128,7 @@ func (s *Sink) init(spec *v1alpha1.EventSinkSpec, secret sink.Secret, dialer *ne
 	}
 	// Expanding with placeholder values catches a template that can never
 	// give a valid subject (wildcards, empty tokens) before anything is sent.
-	sample := sink.Expand(s.subject, map[string]string{"namespace": "n", "inventory": "i", "kind": "k", "name": "x"})
+	sample := sink.Expand(s.subject, map[string]string{"cluster": "c", "namespace": "n", "inventory": "i", "kind": "k", "name": "x"})
 	if err := validSubject(sample); err != nil {
 		return fmt.Errorf("nats: spec.nats.subject %q: %w: %w", s.subject, err, sink.ErrPermanent)
 	}
@@ -207,8 +226,10 @@ func (s *Sink) authOption(secret sink.Secret) (natsgo.Option, error) {
 	return nil, nil
 }
 
-// Publish sends one event per change, in order, and returns once all are
-// acknowledged by the stream.
+// Publish sends one message per event, in order, and returns once all are
+// acknowledged by the stream. An ack saying the stream already held the
+// message (a duplicate within the stream's window: an earlier attempt
+// stored it) counts as delivered.
 //
 // Messages are pipelined (at most maxInFlight unacknowledged) for
 // throughput; the server stores one connection's messages in the order
@@ -216,21 +237,24 @@ func (s *Sink) authOption(secret sink.Secret) (natsgo.Option, error) {
 // failed ack are the ones delivered. Events after a failed one may still
 // have been stored: resending them is harmless, as their Nats-Msg-Id is
 // unchanged, but the stream then holds them before the failed one.
-func (s *Sink) Publish(ctx context.Context, inv sink.Inventory, changes []sink.Change) error {
-	n := len(changes)
+func (s *Sink) Publish(ctx context.Context, inv sink.Inventory, events []sink.Event) error {
+	n := len(events)
 	if n == 0 {
 		return nil
 	}
-	now := time.Now()
 	msgs := make([]*natsgo.Msg, n)
 	ids := make([]string, n)
-	for i, c := range changes {
-		ev := sink.NewEvent(inv, c, now)
+	for i := range events {
+		ev := &events[i]
+		if ev.ID == "" {
+			// JetStream would store it without deduplication.
+			return s.failed(0, n, "", "", fmt.Errorf("event %d has no id: %w", i, sink.ErrPermanent))
+		}
 		data, err := json.Marshal(ev)
 		if err != nil {
 			return s.failed(0, n, ev.ID, "", fmt.Errorf("encoding event: %w", err))
 		}
-		subject := s.subjectOf(inv, c.Item)
+		subject := s.subjectOf(inv, ev.Data.Item)
 		if err := validSubject(subject); err != nil {
 			return s.failed(0, n, ev.ID, subject, fmt.Errorf("%w: %w", err, sink.ErrPermanent))
 		}
@@ -389,17 +413,23 @@ func (s *Sink) jetStream(ctx context.Context) (jetstream.JetStream, error) {
 	return js, nil
 }
 
-// subjectOf expands the subject template for one item.
+// subjectOf expands the subject template for one event. An event without
+// an item (a resynced event) has "_" for {kind} and {name}.
 func (s *Sink) subjectOf(inv sink.Inventory, item *sink.Item) string {
 	ns := inv.Namespace
 	if ns == "" {
 		ns = ClusterNamespace
 	}
+	var kind, name string
+	if item != nil {
+		kind, name = item.Source.Kind, item.Name
+	}
 	return sink.Expand(s.subject, map[string]string{
+		"cluster":   Token(inv.Cluster),
 		"namespace": Token(ns),
 		"inventory": Token(inv.Name),
-		"kind":      Token(item.Source.Kind),
-		"name":      Token(item.Name),
+		"kind":      Token(kind),
+		"name":      Token(name),
 	})
 }
 

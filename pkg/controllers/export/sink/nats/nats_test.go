@@ -109,7 +109,21 @@ func newSink(t *testing.T, url, stream, subject string, secret sink.Secret) *Sin
 	return s
 }
 
-var teamInv = sink.Inventory{Kind: "Inventory", Namespace: "team-a", Name: "web.prod", UID: "inv-uid"}
+var teamInv = sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "team-a", Name: "web.prod", UID: "inv-uid"}
+
+// testEpoch is the leadership epoch of the tests' events.
+const testEpoch = 7
+
+// events builds the events of changes, as the exporter does outside a
+// resync.
+func events(inv sink.Inventory, cs []sink.Change) []sink.Event {
+	out := make([]sink.Event, len(cs))
+	now := time.Now()
+	for i, c := range cs {
+		out[i] = sink.NewEvent(inv, c, testEpoch, "", now)
+	}
+	return out
+}
 
 // changes makes n changes with fresh item UIDs; every third is a delete.
 func changes(t *testing.T, n int, kinds ...string) []sink.Change {
@@ -161,7 +175,7 @@ func checkMsg(t *testing.T, st jetstream.Stream, seq uint64, subject string, inv
 	if err != nil {
 		t.Fatalf("message %d: %v", seq, err)
 	}
-	id := sink.NewEvent(inv, c, time.Time{}).ID
+	id := sink.NewEvent(inv, c, testEpoch, "", time.Time{}).ID
 	if m.Subject != subject {
 		t.Errorf("message %d: subject %q, want %q", seq, m.Subject, subject)
 	}
@@ -180,6 +194,7 @@ func checkMsg(t *testing.T, st jetstream.Stream, seq uint64, subject string, inv
 		wantType = sink.EventTypeDeleted
 	}
 	if ev.SpecVersion != "1.0" || ev.ID != id || ev.Type != wantType || ev.Source != sink.EventSource(inv) ||
+		ev.Cluster != inv.Cluster || ev.Epoch != testEpoch || ev.Resync != "" ||
 		ev.Subject != c.Item.Key() || ev.Time.IsZero() || ev.Data.Op != c.Op || ev.Data.ItemUID != c.Item.UID ||
 		ev.Data.Inventory.Name != inv.Name || ev.Data.Item == nil || ev.Data.Item.Name != c.Item.Name ||
 		!bytes.Equal(ev.Data.Item.Attributes, c.Item.Attributes) {
@@ -193,7 +208,7 @@ func TestPublishInOrder(t *testing.T) {
 	s := newSink(t, testURL(), st.CachedInfo().Config.Name, prefix+".{namespace}.{inventory}.{kind}.{name}", nil)
 
 	cs := changes(t, 7, "Deployment", "Service")
-	if err := s.Publish(ctxT(t), teamInv, cs); err != nil {
+	if err := s.Publish(ctxT(t), teamInv, events(teamInv, cs)); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 	if n := msgCount(t, st); n != uint64(len(cs)) {
@@ -206,10 +221,10 @@ func TestPublishInOrder(t *testing.T) {
 	}
 
 	// A cluster inventory's {namespace} token.
-	clusterInv := sink.Inventory{Kind: "ClusterInventory", Name: "nodes"}
+	clusterInv := sink.Inventory{Cluster: "east", Kind: "ClusterInventory", Name: "nodes"}
 	c := changes(t, 1, "Node")
 	c[0].Item.Namespace = ""
-	if err := s.Publish(ctxT(t), clusterInv, c); err != nil {
+	if err := s.Publish(ctxT(t), clusterInv, events(clusterInv, c)); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 	checkMsg(t, st, uint64(len(cs)+1), prefix+"._cluster.nodes.Node.item-0", clusterInv, c[0])
@@ -222,7 +237,7 @@ func TestPublishManyInOrder(t *testing.T) {
 	s := newSink(t, testURL(), st.CachedInfo().Config.Name, prefix+".{namespace}.{inventory}", nil)
 
 	cs := changes(t, 3*maxInFlight+17)
-	if err := s.Publish(ctxT(t), teamInv, cs); err != nil {
+	if err := s.Publish(ctxT(t), teamInv, events(teamInv, cs)); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 	if n := msgCount(t, st); n != uint64(len(cs)) {
@@ -233,7 +248,7 @@ func TestPublishManyInOrder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := m.Header.Get("Nats-Msg-Id"), sink.NewEvent(sink.Inventory{}, c, time.Time{}).ID; got != want {
+		if got, want := m.Header.Get("Nats-Msg-Id"), sink.NewEvent(teamInv, c, testEpoch, "", time.Time{}).ID; got != want {
 			t.Fatalf("message %d is %s, want %s", i+1, got, want)
 		}
 	}
@@ -245,18 +260,25 @@ func TestPublishTwiceIsDeduplicated(t *testing.T) {
 	s := newSink(t, testURL(), st.CachedInfo().Config.Name, prefix+".{namespace}.{inventory}", nil)
 
 	cs := changes(t, 5)
+	evs := events(teamInv, cs)
 	for range 2 {
-		if err := s.Publish(ctxT(t), teamInv, cs); err != nil {
+		// The second time every ack says Duplicate: delivered all the same.
+		if err := s.Publish(ctxT(t), teamInv, evs); err != nil {
 			t.Fatalf("Publish: %v", err)
 		}
 	}
 	if n := msgCount(t, st); n != uint64(len(cs)) {
 		t.Fatalf("stream holds %d messages after publishing %d events twice, want %d", n, len(cs), len(cs))
 	}
+	// What the stream answers to such a repeat: an ack with Duplicate set.
+	ack, err := js.PublishMsg(ctxT(t), &natsgo.Msg{Subject: prefix + ".team-a.web_prod", Data: []byte("{}")}, jetstream.WithMsgID(evs[0].ID))
+	if err != nil || !ack.Duplicate {
+		t.Fatalf("publishing event %s again: ack %+v, %v; want a duplicate ack", evs[0].ID, ack, err)
+	}
 	// A new revision of an item is a new event.
 	next := *cs[0].Item
 	next.ResourceVersion = "999"
-	if err := s.Publish(ctxT(t), teamInv, []sink.Change{{Op: sink.Upsert, Item: &next}}); err != nil {
+	if err := s.Publish(ctxT(t), teamInv, events(teamInv, []sink.Change{{Op: sink.Upsert, Item: &next}})); err != nil {
 		t.Fatal(err)
 	}
 	if n := msgCount(t, st); n != uint64(len(cs)+1) {
@@ -279,7 +301,7 @@ func TestSubjectNotCaptured(t *testing.T) {
 		}
 		s := newSink(t, testURL(), name, prefix+".{kind}", nil)
 		cs := changes(t, 4, "Deployment", "Deployment", "Service", "Deployment")
-		err := s.Publish(ctxT(t), teamInv, cs)
+		err := s.Publish(ctxT(t), teamInv, events(teamInv, cs))
 		if err == nil {
 			t.Fatal("Publish succeeded for a subject no stream captures")
 		}
@@ -296,7 +318,7 @@ func TestSubjectNotCaptured(t *testing.T) {
 		mine, _ := newStream(t, js)
 		other, otherPrefix := newStream(t, js)
 		s := newSink(t, testURL(), mine.CachedInfo().Config.Name, otherPrefix+".{inventory}", nil)
-		err := s.Publish(ctxT(t), teamInv, changes(t, 2))
+		err := s.Publish(ctxT(t), teamInv, events(teamInv, changes(t, 2)))
 		if err == nil {
 			t.Fatal("Publish succeeded to a subject of another stream")
 		}
@@ -319,7 +341,7 @@ func TestPublishStopsWhenContextEnds(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := s.Publish(ctx, teamInv, changes(t, 3))
+	err := s.Publish(ctx, teamInv, events(teamInv, changes(t, 3)))
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "delivered 0 of 3") {
 		t.Errorf("Publish with a cancelled context: %v", err)
 	}
@@ -361,14 +383,14 @@ func TestReconnectAfterClose(t *testing.T) {
 	st, prefix := newStream(t, js)
 	s := newSink(t, testURL(), st.CachedInfo().Config.Name, prefix+".{inventory}", nil)
 
-	if err := s.Publish(ctxT(t), teamInv, changes(t, 1)); err != nil {
+	if err := s.Publish(ctxT(t), teamInv, events(teamInv, changes(t, 1))); err != nil {
 		t.Fatal(err)
 	}
 	s.mu.Lock()
 	first := s.nc
 	s.mu.Unlock()
 	first.Close()
-	if err := s.Publish(ctxT(t), teamInv, changes(t, 1)); err != nil {
+	if err := s.Publish(ctxT(t), teamInv, events(teamInv, changes(t, 1))); err != nil {
 		t.Fatalf("Publish after the connection closed: %v", err)
 	}
 	if s.nc == first {
@@ -397,7 +419,7 @@ func TestTokenAuth(t *testing.T) {
 	if err := s.Probe(ctxT(t)); err != nil {
 		t.Fatalf("Probe with the right token: %v", err)
 	}
-	if err := s.Publish(ctxT(t), teamInv, changes(t, 2)); err != nil {
+	if err := s.Publish(ctxT(t), teamInv, events(teamInv, changes(t, 2))); err != nil {
 		t.Fatalf("Publish with the right token: %v", err)
 	}
 
@@ -405,7 +427,7 @@ func TestTokenAuth(t *testing.T) {
 	bad := newSink(t, url, name, prefix+".{inventory}", sink.Secret{"token": []byte(wrong)})
 	for op, err := range map[string]error{
 		"Probe":   bad.Probe(ctxT(t)),
-		"Publish": bad.Publish(ctxT(t), teamInv, changes(t, 1)),
+		"Publish": bad.Publish(ctxT(t), teamInv, events(teamInv, changes(t, 1))),
 	} {
 		if err == nil {
 			t.Fatalf("%s with a wrong token succeeded", op)
@@ -436,7 +458,7 @@ func TestUserPasswordAuth(t *testing.T) {
 	name := st.CachedInfo().Config.Name
 
 	s := newSink(t, url, name, prefix+".{inventory}", sink.Secret{"username": []byte(user), "password": []byte(pass)})
-	if err := s.Publish(ctxT(t), teamInv, changes(t, 1)); err != nil {
+	if err := s.Publish(ctxT(t), teamInv, events(teamInv, changes(t, 1))); err != nil {
 		t.Fatalf("Publish with the right password: %v", err)
 	}
 	const wrong = "wr0ng-pa55-value"
@@ -541,5 +563,192 @@ func startServer(t *testing.T, args ...string) string {
 			t.Fatalf("nats-server did not listen on %s: %v\n%s", addr, err, out.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// msgAt reads message seq of the stream.
+func msgAt(t *testing.T, st jetstream.Stream, seq uint64) *jetstream.RawStreamMsg {
+	t.Helper()
+	m, err := st.GetMsg(ctxT(t), seq)
+	if err != nil {
+		t.Fatalf("message %d: %v", seq, err)
+	}
+	return m
+}
+
+// TestInventoriesShareAStream: two inventories of one namespace publish
+// the same item revisions (the same item UIDs and resourceVersions) to one
+// stream. Their ids name the inventory, so JetStream keeps every event of
+// both; before, the second inventory's were dropped as duplicates.
+func TestInventoriesShareAStream(t *testing.T) {
+	js := admin(t, testURL())
+	st, prefix := newStream(t, js)
+	s := newSink(t, testURL(), st.CachedInfo().Config.Name, prefix+".{cluster}.{namespace}.{inventory}", nil)
+
+	first := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "team-a", Name: "apps"}
+	second := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "team-a", Name: "audit"}
+	cs := changes(t, 6)
+	for _, inv := range []sink.Inventory{first, second} {
+		if err := s.Publish(ctxT(t), inv, events(inv, cs)); err != nil {
+			t.Fatalf("Publish for %s: %v", inv.Name, err)
+		}
+	}
+	if n := msgCount(t, st); n != uint64(2*len(cs)) {
+		t.Fatalf("stream holds %d messages, want %d (every event of both inventories)", n, 2*len(cs))
+	}
+	for j, inv := range []sink.Inventory{first, second} {
+		for i, c := range cs {
+			checkMsg(t, st, uint64(j*len(cs)+i+1), prefix+".east.team-a."+inv.Name, inv, c)
+		}
+	}
+}
+
+// TestClustersShareAStream: the default subject names the cluster, and so
+// do the ids: two clusters' same-named inventories both arrive, on
+// subjects a consumer can tell apart. A private server keeps the default
+// "kollect." subjects off the shared one.
+func TestClustersShareAStream(t *testing.T) {
+	url := startServer(t)
+	js := admin(t, url)
+	name := "KOLLECT"
+	st, err := js.CreateStream(ctxT(t), jetstream.StreamConfig{Name: name, Subjects: []string{"kollect.>"}, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSink(t, url, name, "", nil) // the default subject
+	east := teamInv
+	west := teamInv
+	west.Cluster = "west"
+	cs := changes(t, 3)
+	for _, inv := range []sink.Inventory{east, west} {
+		if err := s.Publish(ctxT(t), inv, events(inv, cs)); err != nil {
+			t.Fatalf("Publish for %s: %v", inv.Cluster, err)
+		}
+	}
+	if n := msgCount(t, st); n != uint64(2*len(cs)) {
+		t.Fatalf("stream holds %d messages, want %d", n, 2*len(cs))
+	}
+	for j, inv := range []sink.Inventory{east, west} {
+		for i, c := range cs {
+			checkMsg(t, st, uint64(j*len(cs)+i+1), "kollect."+inv.Cluster+".team-a.web_prod", inv, c)
+		}
+	}
+}
+
+// TestResyncPassesThrough: a resync (the resynced event, then the live
+// set's upserts tagged with its token) arrives as built: one message
+// each, ids as Nats-Msg-Id, the extension attributes kollectcluster,
+// kollectepoch and kollectresync and data.resync in the body. The
+// resynced event has no item: its {kind} and {name} are "_".
+func TestResyncPassesThrough(t *testing.T) {
+	js := admin(t, testURL())
+	st, prefix := newStream(t, js)
+	s := newSink(t, testURL(), st.CachedInfo().Config.Name, prefix+".{cluster}.{inventory}.{kind}.{name}", nil)
+
+	now := time.Now()
+	live := changes(t, 3)
+	for i := range live {
+		live[i].Op = sink.Upsert
+	}
+	items := make([]*sink.Item, len(live))
+	for i, c := range live {
+		items[i] = c.Item
+	}
+	token := "tok-" + randSuffix(t)
+	evs := []sink.Event{sink.NewResyncEvent(teamInv, token, len(live), sink.ChecksumOf(items), testEpoch, now)}
+	for _, c := range live {
+		evs = append(evs, sink.NewEvent(teamInv, c, testEpoch, token, now))
+	}
+	// The same items outside the resync, published before it: different
+	// ids, so the resync's upserts are not dropped as repeats.
+	if err := s.Publish(ctxT(t), teamInv, events(teamInv, live)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Publish(ctxT(t), teamInv, evs); err != nil {
+		t.Fatalf("Publish of the resync: %v", err)
+	}
+	if n := msgCount(t, st); n != uint64(len(live)+len(evs)) {
+		t.Fatalf("stream holds %d messages, want %d", n, len(live)+len(evs))
+	}
+	for i, ev := range evs {
+		m := msgAt(t, st, uint64(len(live)+i+1))
+		want := prefix + ".east.web_prod._._"
+		if ev.Data.Item != nil {
+			want = prefix + ".east.web_prod.Deployment." + ev.Data.Item.Name
+		}
+		if m.Subject != want {
+			t.Errorf("event %d: subject %q, want %q", i, m.Subject, want)
+		}
+		if got := m.Header.Get("Nats-Msg-Id"); got != ev.ID {
+			t.Errorf("event %d: Nats-Msg-Id %q, want %q", i, got, ev.ID)
+		}
+		wantBody, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(m.Data, wantBody) {
+			t.Errorf("event %d: body\n%s\nwant\n%s", i, m.Data, wantBody)
+		}
+		var raw map[string]json.RawMessage
+		if err := json.Unmarshal(m.Data, &raw); err != nil {
+			t.Fatal(err)
+		}
+		if string(raw["kollectcluster"]) != `"east"` || string(raw["kollectepoch"]) != "7" {
+			t.Errorf("event %d: kollectcluster %s, kollectepoch %s", i, raw["kollectcluster"], raw["kollectepoch"])
+		}
+		if i == 0 {
+			var data struct {
+				Resync sink.Resync `json:"resync"`
+			}
+			if err := json.Unmarshal(raw["data"], &data); err != nil || data.Resync.Token != token || data.Resync.ItemCount != len(live) || data.Resync.Checksum != sink.ChecksumOf(items) {
+				t.Errorf("resynced event: data.resync %+v (%v)", data.Resync, err)
+			}
+			if string(raw["type"]) != `"`+sink.EventTypeResynced+`"` {
+				t.Errorf("resynced event: type %s", raw["type"])
+			}
+		} else if string(raw["kollectresync"]) != `"`+token+`"` || !strings.HasSuffix(ev.ID, "/resync/"+token) {
+			t.Errorf("upsert %d: kollectresync %s, id %s", i, raw["kollectresync"], ev.ID)
+		}
+	}
+}
+
+// TestRegistered: the nats type is built through sink.Events, from the
+// Secret and the dialer of the parameters.
+func TestRegistered(t *testing.T) {
+	js := admin(t, testURL())
+	st, prefix := newStream(t, js)
+	spec := &v1alpha1.EventSinkSpec{
+		Type:     v1alpha1.EventSinkNATS,
+		Endpoint: testURL(),
+		NATS:     &v1alpha1.NATSSinkConfig{Stream: st.CachedInfo().Config.Name, Subject: prefix + ".{cluster}.{inventory}"},
+	}
+	s, err := sink.Events.Build(ctxT(t), string(v1alpha1.EventSinkNATS), spec, sink.Params{Dialer: loopbackDialer})
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	cs := changes(t, 1)
+	if err := s.Publish(ctxT(t), teamInv, events(teamInv, cs)); err != nil {
+		t.Fatal(err)
+	}
+	checkMsg(t, st, 1, prefix+".east.web_prod", teamInv, cs[0])
+	if s, err := sink.Events.Build(ctxT(t), string(v1alpha1.EventSinkNATS), spec, sink.Params{}); !errors.Is(err, sink.ErrPermanent) || s != nil {
+		t.Errorf("Build without a dialer = %v, %v; want a permanent error", s, err)
+	}
+}
+
+// An event without an id would be stored without deduplication: refused.
+func TestEventWithoutID(t *testing.T) {
+	js := admin(t, testURL())
+	st, prefix := newStream(t, js)
+	s := newSink(t, testURL(), st.CachedInfo().Config.Name, prefix+".{inventory}", nil)
+	evs := events(teamInv, changes(t, 2))
+	evs[1].ID = ""
+	err := s.Publish(ctxT(t), teamInv, evs)
+	if !errors.Is(err, sink.ErrPermanent) || !strings.Contains(err.Error(), "no id") {
+		t.Errorf("Publish of an event without an id = %v, want a permanent error", err)
+	}
+	if n := msgCount(t, st); n != 0 {
+		t.Errorf("stream holds %d messages, want 0", n)
 	}
 }

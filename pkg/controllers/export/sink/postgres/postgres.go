@@ -1,28 +1,51 @@
 // Package postgres is the postgres DatabaseSink: it keeps one row per
-// exported item in a table, keyed by the inventory and the item's UID, and
-// the exporter's cursor beside it.
+// exported item in a table, keyed by the cluster, the inventory and the
+// item's UID, and the exporter's cursor beside it.
 //
 // Layout, in spec.postgres.schema (default public):
 //
 //   - <table> (default kollect_inventory): one row per item, primary key
-//     (inventory_namespace, inventory_name, item_uid). inventory_namespace
-//     is "" for a ClusterInventory so that it can be part of the key. The
-//     item's identity, target, profile and source are text columns;
-//     attributes and object are jsonb (NULL when the item has none); hash
-//     is the item's content hash, which State reports back; exported_at is
-//     the time of the transaction that last wrote the row.
+//     (cluster, inventory_namespace, inventory_name, item_uid). cluster is
+//     the exporting server's --cluster-name, so that the servers of many
+//     clusters can share one table: each reads, overwrites and deletes
+//     only its own rows. inventory_namespace is "" for a ClusterInventory
+//     so that it can be part of the key. The item's identity, target,
+//     profile and source are text columns; attributes and object are
+//     jsonb (NULL when the item has none); hash is the item's content
+//     hash, which State reports back; exported_at is the time of the
+//     transaction that last wrote the row.
 //   - <table>_cursors: one row per inventory, primary key
-//     (inventory_namespace, inventory_name), holding the cursor of the last
-//     applied batch.
+//     (cluster, inventory_namespace, inventory_name), holding the cursor
+//     of the last applied batch and the epoch of the leader that wrote it.
 //
 // Apply writes the cursor in the same transaction as the rows it
 // describes: after a crash either the batch and its cursor are both
 // stored or neither is, so the exporter resumes from a cursor that matches
 // the rows exactly, and State (read from one snapshot) is always a
-// consistent pair.
+// consistent pair. Apply first locks the inventory's cursor row and
+// compares epochs: a batch from an older epoch than the stored one (a
+// former leader that was paused and resumed) is rolled back untouched and
+// refused with sink.ErrFenced.
 //
-// Both tables are created on first use when missing. Errors never contain
-// the Secret's password or DSN.
+// PostgreSQL cannot store the NUL character in text, nor the JSON escape
+// \u0000 in jsonb; an item holding one would fail every batch of its
+// inventory. So NUL is removed from text columns and \u0000 in attributes
+// and object is stored as \ufffd (the Unicode replacement character). The
+// hash column keeps the item's hash as exported, computed before this
+// mapping, so State still matches the exporter's view.
+//
+// Both tables are created on first use when missing. Tables of the
+// previous layout (no cluster column, no epoch) are migrated on first use,
+// in one transaction under the same advisory lock as creation: the cluster
+// column is added and set, for every existing row, to the cluster of the
+// sink migrating it (that layout was written by one cluster's exporter:
+// with two, each deleted the other's rows), the cursors get epoch 0, and
+// the primary keys gain the cluster. If the migrating cluster is not the
+// one that wrote the rows, its next full sync deletes them and the
+// writer's exporter, finding none of its own, writes them again. The
+// migration needs the rights to alter the tables; a server of an older
+// version still writing to a migrated table has its writes refused.
+// Errors never contain the Secret's password or DSN.
 //
 // Connections go through the server's netguard.Dialer: every host of the
 // connection string (fallback hosts included) is resolved and checked by it
@@ -34,12 +57,12 @@ package postgres
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/url"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -62,6 +85,9 @@ const (
 	// copyThreshold is the number of upserts above which COPY into a
 	// staging table beats one INSERT per row.
 	copyThreshold = 100
+	// idleInTransactionTimeout ends a transaction its client stopped
+	// driving (a paused former leader), releasing its row locks.
+	idleInTransactionTimeout = "60s"
 	// defaultConnectTimeout bounds a connection attempt when the DSN sets
 	// no connect_timeout, so an unreachable endpoint fails the probe
 	// instead of waiting for the caller's deadline.
@@ -76,10 +102,16 @@ const (
 	stagingTable = "kollect_apply_staging"
 )
 
+// itemKey and cursorKey are the primary keys of the two tables.
+var (
+	itemKey   = []string{"cluster", "inventory_namespace", "inventory_name", "item_uid"}
+	cursorKey = []string{"cluster", "inventory_namespace", "inventory_name"}
+)
+
 // itemColumns are the columns Apply writes, in the order of itemRow;
 // exported_at is set by the statement.
 var itemColumns = []string{
-	"inventory_kind", "inventory_namespace", "inventory_name",
+	"cluster", "inventory_kind", "inventory_namespace", "inventory_name",
 	"item_uid", "item_namespace", "item_name", "item_resource_version",
 	"target", "profile",
 	"source_api_version", "source_kind", "source_namespace", "source_name", "source_uid",
@@ -93,7 +125,7 @@ type Sink struct {
 	// rawTable are the plain names.
 	schema, table, cursors string
 	rawSchema, rawTable    string
-	// lockKey serializes table creation across processes.
+	// lockKey serializes table creation and migration across processes.
 	lockKey int64
 	// secrets are scrubbed from every returned error, longest first.
 	secrets []string
@@ -111,6 +143,18 @@ type Sink struct {
 }
 
 var _ sink.DatabaseSink = (*Sink)(nil)
+
+func init() {
+	sink.Databases.Register(string(v1alpha1.DatabaseSinkPostgres),
+		func(ctx context.Context, spec *v1alpha1.DatabaseSinkSpec, p sink.Params) (sink.DatabaseSink, error) {
+			s, err := New(ctx, spec, p.Secret, p.Dialer)
+			if err != nil {
+				// Not s: a nil *Sink in the interface would not be nil.
+				return nil, err
+			}
+			return s, nil
+		})
+}
 
 // New validates the spec and Secret and returns a Sink. It does not
 // connect: the first call does, and Probe tests the connection. Invalid
@@ -201,6 +245,12 @@ func (s *Sink) poolConfig(spec *v1alpha1.DatabaseSinkSpec, secret sink.Secret) (
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
+	}
+	if _, ok := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
+		// A leader paused inside a transaction holds its inventory's
+		// cursor row; the server ends that transaction after a while, so
+		// the next leader is not blocked until the paused one resumes.
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = idleInTransactionTimeout
 	}
 	cfg.MaxConns = maxConns
 	cfg.MinConns = 0
@@ -323,10 +373,13 @@ func (s *Sink) setNames(pg *v1alpha1.PostgresSinkConfig) error {
 	var set, content, excluded []string
 	for i, c := range itemColumns {
 		params[i] = fmt.Sprintf("$%d", i+1)
-		if i >= 3 { // the inventory identity never changes for a key
-			set = append(set, c+" = EXCLUDED."+c)
+		// The key never changes for a row, and neither does the kind of
+		// the inventory it names.
+		if slices.Contains(itemKey, c) || c == "inventory_kind" {
+			continue
 		}
-		if i >= 4 && c != "item_resource_version" {
+		set = append(set, c+" = EXCLUDED."+c)
+		if c != "item_resource_version" {
 			content, excluded = append(content, "t."+c), append(excluded, "EXCLUDED."+c)
 		}
 	}
@@ -334,121 +387,48 @@ func (s *Sink) setNames(pg *v1alpha1.PostgresSinkConfig) error {
 	// A row that already holds the content is left alone: the periodic full
 	// sync then rewrites only rows that drifted, and exported_at keeps
 	// saying when a row's content last changed.
-	onConflict := " ON CONFLICT (inventory_namespace, inventory_name, item_uid) DO UPDATE SET " + strings.Join(set, ", ") +
+	onConflict := " ON CONFLICT (" + strings.Join(itemKey, ", ") + ") DO UPDATE SET " + strings.Join(set, ", ") +
 		" WHERE (" + strings.Join(content, ", ") + ") IS DISTINCT FROM (" + strings.Join(excluded, ", ") + ")"
 	s.upsertSQL = "INSERT INTO " + s.table + " AS t (" + cols + ", exported_at) VALUES (" +
 		strings.Join(params, ", ") + ", now())" + onConflict
 	s.fromStagingSQL = "INSERT INTO " + s.table + " AS t (" + cols + ", exported_at) SELECT " + cols +
 		", now() FROM " + pgx.Identifier{"pg_temp", stagingTable}.Sanitize() + onConflict
 	s.deleteItemsSQL = "DELETE FROM " + s.table +
-		" WHERE inventory_namespace = $1 AND inventory_name = $2 AND item_uid = ANY($3)"
-	s.cursorSQL = "INSERT INTO " + s.cursors +
-		` (inventory_namespace, inventory_name, inventory_kind, "cursor", updated_at) VALUES ($1, $2, $3, $4, now())` +
-		` ON CONFLICT (inventory_namespace, inventory_name) DO UPDATE SET inventory_kind = EXCLUDED.inventory_kind,` +
-		` "cursor" = EXCLUDED."cursor", updated_at = EXCLUDED.updated_at`
+		" WHERE cluster = $1 AND inventory_namespace = $2 AND inventory_name = $3 AND item_uid = ANY($4)"
+	// The conflicting cursor row is locked whether or not the WHERE holds,
+	// so concurrent Applies of one inventory serialize here; no row comes
+	// back when the stored epoch is newer.
+	s.cursorSQL = "INSERT INTO " + s.cursors + " AS c" +
+		` (cluster, inventory_namespace, inventory_name, inventory_kind, "cursor", epoch, updated_at)` +
+		` VALUES ($1, $2, $3, $4, $5, $6, now())` +
+		` ON CONFLICT (` + strings.Join(cursorKey, ", ") + `) DO UPDATE SET inventory_kind = EXCLUDED.inventory_kind,` +
+		` "cursor" = EXCLUDED."cursor", epoch = EXCLUDED.epoch, updated_at = EXCLUDED.updated_at` +
+		` WHERE c.epoch <= EXCLUDED.epoch RETURNING epoch`
 	return nil
-}
-
-// ensureTables creates the schema and tables when missing, once per Sink.
-func (s *Sink) ensureTables(ctx context.Context) error {
-	s.ddlMu.Lock()
-	defer s.ddlMu.Unlock()
-	if s.ddlDone {
-		return nil
-	}
-	err := s.createTables(ctx)
-	// The advisory lock serializes kollect processes, but anything else
-	// creating the same objects can still race CREATE ... IF NOT EXISTS
-	// into a unique violation on the catalogs; the second attempt sees
-	// the objects.
-	if isDuplicateDDL(err) {
-		err = s.createTables(ctx)
-	}
-	if err != nil {
-		return s.wrap("create tables", err)
-	}
-	s.ddlDone = true
-	return nil
-}
-
-func (s *Sink) createTables(ctx context.Context) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", s.lockKey); err != nil {
-			return err
-		}
-		// Look before creating: CREATE ... IF NOT EXISTS checks the CREATE
-		// privilege before existence, and a role that may only write rows
-		// into existing tables must still work.
-		var schemaExists, tableExists, cursorsExists bool
-		err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1),
-			to_regclass($2) IS NOT NULL, to_regclass($3) IS NOT NULL`,
-			s.rawSchema, s.table, s.cursors).Scan(&schemaExists, &tableExists, &cursorsExists)
-		if err != nil {
-			return err
-		}
-		var stmts []string
-		if !schemaExists {
-			stmts = append(stmts, "CREATE SCHEMA IF NOT EXISTS "+s.schema)
-		}
-		if !tableExists {
-			stmts = append(stmts, `CREATE TABLE IF NOT EXISTS `+s.table+` (
-	inventory_kind text,
-	inventory_namespace text NOT NULL,
-	inventory_name text NOT NULL,
-	item_uid text NOT NULL,
-	item_namespace text NOT NULL,
-	item_name text NOT NULL,
-	item_resource_version text NOT NULL,
-	target text,
-	profile text,
-	source_api_version text,
-	source_kind text,
-	source_namespace text,
-	source_name text,
-	source_uid text,
-	attributes jsonb,
-	object jsonb,
-	hash text NOT NULL,
-	exported_at timestamptz NOT NULL DEFAULT now(),
-	PRIMARY KEY (inventory_namespace, inventory_name, item_uid)
-)`)
-		}
-		if !cursorsExists {
-			stmts = append(stmts, `CREATE TABLE IF NOT EXISTS `+s.cursors+` (
-	inventory_namespace text NOT NULL,
-	inventory_name text NOT NULL,
-	inventory_kind text,
-	"cursor" text NOT NULL,
-	updated_at timestamptz NOT NULL,
-	PRIMARY KEY (inventory_namespace, inventory_name)
-)`)
-		}
-		for _, stmt := range stmts {
-			if _, err := tx.Exec(ctx, stmt); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
 }
 
 // State returns item UID to hash for the inventory's rows and its cursor,
 // read from one snapshot so that they match.
-func (s *Sink) State(ctx context.Context, inv sink.Inventory) (map[string]string, string, error) {
-	if err := s.ensureTables(ctx); err != nil {
-		return nil, "", err
+func (s *Sink) State(ctx context.Context, inv sink.Inventory) (map[string]string, sink.Cursor, error) {
+	var cursor sink.Cursor
+	if err := checkInventory(inv); err != nil {
+		return nil, cursor, s.wrap("read state", err)
+	}
+	if err := s.ensureTables(ctx, inv.Cluster); err != nil {
+		return nil, cursor, err
 	}
 	hashes := map[string]string{}
-	var cursor string
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `SELECT "cursor" FROM `+s.cursors+
-			` WHERE inventory_namespace = $1 AND inventory_name = $2`, inv.Namespace, inv.Name).Scan(&cursor)
+		err := tx.QueryRow(ctx, `SELECT "cursor", epoch FROM `+s.cursors+
+			` WHERE cluster = $1 AND inventory_namespace = $2 AND inventory_name = $3`,
+			inv.Cluster, inv.Namespace, inv.Name).Scan(&cursor.Position, &cursor.Epoch)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
 		// Rows are streamed into the map, not collected into a slice first.
 		rows, err := tx.Query(ctx, `SELECT item_uid, hash FROM `+s.table+
-			` WHERE inventory_namespace = $1 AND inventory_name = $2`, inv.Namespace, inv.Name)
+			` WHERE cluster = $1 AND inventory_namespace = $2 AND inventory_name = $3`,
+			inv.Cluster, inv.Namespace, inv.Name)
 		if err != nil {
 			return err
 		}
@@ -460,42 +440,52 @@ func (s *Sink) State(ctx context.Context, inv sink.Inventory) (map[string]string
 		return err
 	})
 	if err != nil {
-		return nil, "", s.wrap("read state", err)
+		return nil, sink.Cursor{}, s.wrap("read state", err)
 	}
 	return hashes, cursor, nil
 }
 
 // Apply deletes and upserts the changes and stores cursor in one
-// transaction. When an item UID appears more than once the last change
-// wins.
-func (s *Sink) Apply(ctx context.Context, inv sink.Inventory, changes []sink.Change, cursor string) error {
+// transaction, unless the stored epoch is newer than cursor.Epoch. When
+// an item UID appears more than once the last change wins.
+func (s *Sink) Apply(ctx context.Context, inv sink.Inventory, changes []sink.Change, cursor sink.Cursor) error {
+	if err := checkInventory(inv); err != nil {
+		return s.wrap("apply", err)
+	}
 	deletes, upserts, err := dedupe(changes)
 	if err != nil {
 		return s.wrap("apply", err)
 	}
-	if err := s.ensureTables(ctx); err != nil {
+	if err := s.ensureTables(ctx, inv.Cluster); err != nil {
 		return err
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// The cursor first: it takes the row lock that fences the batch,
+		// and a refused batch costs no row work.
+		if err := s.fence(ctx, tx, inv, cursor); err != nil {
+			return err
+		}
 		var b pgx.Batch
 		if len(deletes) > 0 {
-			b.Queue(s.deleteItemsSQL, inv.Namespace, inv.Name, deletes)
+			b.Queue(s.deleteItemsSQL, inv.Cluster, inv.Namespace, inv.Name, deletes)
 		}
 		if len(upserts) > copyThreshold {
-			if err := tx.SendBatch(ctx, &b).Close(); err != nil {
-				return err
+			if b.Len() > 0 {
+				if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+					return err
+				}
 			}
-			if err := s.copyUpserts(ctx, tx, inv, upserts); err != nil {
-				return err
-			}
-			b = pgx.Batch{}
-		} else if len(upserts) > 0 {
+			return s.copyUpserts(ctx, tx, inv, upserts)
+		}
+		if len(upserts) > 0 {
 			s.batches.Add(1)
 			for _, it := range upserts {
 				b.Queue(s.upsertSQL, itemRow(inv, it)...)
 			}
 		}
-		b.Queue(s.cursorSQL, inv.Namespace, inv.Name, inv.Kind, cursor)
+		if b.Len() == 0 {
+			return nil
+		}
 		return tx.SendBatch(ctx, &b).Close()
 	})
 	if err != nil {
@@ -539,7 +529,7 @@ func dedupe(changes []sink.Change) (deletes []string, upserts []*sink.Item, err 
 			continue
 		}
 		if c.Op == sink.Delete {
-			deletes = append(deletes, c.Item.UID)
+			deletes = append(deletes, stripNUL(c.Item.UID)) // as itemRow stores it
 		} else {
 			upserts = append(upserts, c.Item)
 		}
@@ -547,41 +537,76 @@ func dedupe(changes []sink.Change) (deletes []string, upserts []*sink.Item, err 
 	return deletes, upserts, nil
 }
 
-// itemRow is an item's values in itemColumns order.
+// itemRow is an item's values in itemColumns order, with NUL mapped as
+// the package doc says.
 func itemRow(inv sink.Inventory, it *sink.Item) []any {
 	return []any{
-		inv.Kind, inv.Namespace, inv.Name,
-		it.UID, it.Namespace, it.Name, it.ResourceVersion,
-		it.Target, it.Profile,
-		it.Source.APIVersion, it.Source.Kind, it.Source.Namespace, it.Source.Name, it.Source.UID,
-		jsonOrNull(it.Attributes), jsonOrNull(it.Object), it.Hash,
+		inv.Cluster, stripNUL(inv.Kind), inv.Namespace, inv.Name,
+		stripNUL(it.UID), stripNUL(it.Namespace), stripNUL(it.Name), stripNUL(it.ResourceVersion),
+		stripNUL(it.Target), stripNUL(it.Profile),
+		stripNUL(it.Source.APIVersion), stripNUL(it.Source.Kind), stripNUL(it.Source.Namespace),
+		stripNUL(it.Source.Name), stripNUL(it.Source.UID),
+		jsonb(it.Attributes), jsonb(it.Object), stripNUL(it.Hash),
 	}
 }
 
-// jsonOrNull maps an absent document to NULL; pgx sends a non-nil
-// RawMessage as is, so the server validates it.
-func jsonOrNull(m json.RawMessage) json.RawMessage {
-	if len(m) == 0 {
-		return nil
+// checkInventory refuses an inventory the sink cannot key: without a
+// cluster (the exporter always sets one), or with a NUL in a key column,
+// which stripping would merge with another inventory's key.
+func checkInventory(inv sink.Inventory) error {
+	if inv.Cluster == "" {
+		return fmt.Errorf("inventory %s/%s has no cluster: %w", inv.Namespace, inv.Name, sink.ErrPermanent)
 	}
-	return m
+	for field, v := range map[string]string{"cluster": inv.Cluster, "namespace": inv.Namespace, "name": inv.Name} {
+		if strings.ContainsRune(v, 0) {
+			return fmt.Errorf("inventory %s contains a NUL character: %w", field, sink.ErrPermanent)
+		}
+	}
+	return nil
 }
 
-// Delete removes the inventory's rows and cursor in one transaction.
-func (s *Sink) Delete(ctx context.Context, inv sink.Inventory) error {
-	if err := s.ensureTables(ctx); err != nil {
+// Delete removes the inventory's rows in one transaction, fenced like
+// Apply; the cursor row stays, emptied, holding the epoch.
+func (s *Sink) Delete(ctx context.Context, inv sink.Inventory, cursor sink.Cursor) error {
+	if err := checkInventory(inv); err != nil {
+		return s.wrap("delete", err)
+	}
+	if err := s.ensureTables(ctx, inv.Cluster); err != nil {
 		return err
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var b pgx.Batch
-		b.Queue("DELETE FROM "+s.table+" WHERE inventory_namespace = $1 AND inventory_name = $2", inv.Namespace, inv.Name)
-		b.Queue("DELETE FROM "+s.cursors+" WHERE inventory_namespace = $1 AND inventory_name = $2", inv.Namespace, inv.Name)
-		return tx.SendBatch(ctx, &b).Close()
+		// Fenced like Apply, and in its lock order. The cursor row stays,
+		// emptied, with the epoch: a former leader's batch that arrives
+		// after the cleanup is refused instead of bringing rows back.
+		if err := s.fence(ctx, tx, inv, sink.Cursor{Epoch: cursor.Epoch}); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "DELETE FROM "+s.table+" WHERE cluster = $1 AND inventory_namespace = $2 AND inventory_name = $3",
+			inv.Cluster, inv.Namespace, inv.Name)
+		return err
 	})
 	if err != nil {
 		return s.wrap("delete", err)
 	}
 	return nil
+}
+
+// fence stores the cursor unless the stored epoch is newer, holding the
+// cursor row's lock until the transaction ends; a newer stored epoch is
+// an error wrapping sink.ErrFenced (the caller rolls back).
+func (s *Sink) fence(ctx context.Context, tx pgx.Tx, inv sink.Inventory, cursor sink.Cursor) error {
+	var stored int64
+	err := tx.QueryRow(ctx, s.cursorSQL, inv.Cluster, inv.Namespace, inv.Name, inv.Kind,
+		stripNUL(cursor.Position), cursor.Epoch).Scan(&stored)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if err := tx.QueryRow(ctx, "SELECT epoch FROM "+s.cursors+
+			" WHERE cluster = $1 AND inventory_namespace = $2 AND inventory_name = $3",
+			inv.Cluster, inv.Namespace, inv.Name).Scan(&stored); err != nil {
+			return err
+		}
+		return fmt.Errorf("the stored epoch %d is newer than this batch's %d: %w", stored, cursor.Epoch, sink.ErrFenced)
+	}
+	return err
 }
 
 // Probe connects, authenticates and runs SELECT 1; it creates nothing.
@@ -622,14 +647,15 @@ func (s *Sink) addSecrets(values ...string) {
 // wrap prefixes err with op and scrubs every secret from the message. The
 // result does not unwrap to err: pgx errors can carry the connection
 // configuration, and a caller printing an unwrapped error must not see
-// it. It keeps sink.ErrPermanent and context errors for errors.Is.
+// it. It keeps sink.ErrPermanent, sink.ErrFenced and context errors for
+// errors.Is.
 func (s *Sink) wrap(op string, err error) error {
 	msg := sink.RedactString(op+": "+err.Error(), s.secrets)
 	e := &scrubbedError{msg: msg, causes: []error{classify(err)}}
 	if errors.Is(err, sink.ErrPermanent) || isAuthFailure(err) {
 		e.causes = append(e.causes, sink.ErrPermanent)
 	}
-	for _, sentinel := range []error{context.Canceled, context.DeadlineExceeded} {
+	for _, sentinel := range []error{sink.ErrFenced, context.Canceled, context.DeadlineExceeded} {
 		if errors.Is(err, sentinel) {
 			e.causes = append(e.causes, sentinel)
 		}

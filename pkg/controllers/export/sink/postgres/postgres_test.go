@@ -122,10 +122,13 @@ func upsert(it *sink.Item) sink.Change { return sink.Change{Op: sink.Upsert, Ite
 func del(uid string) sink.Change { return sink.Change{Op: sink.Delete, Item: &sink.Item{UID: uid}} }
 
 var (
-	invA = sink.Inventory{Kind: "Inventory", Namespace: "team-a", Name: "inv", UID: "ia"}
-	invB = sink.Inventory{Kind: "Inventory", Namespace: "team-b", Name: "inv", UID: "ib"}
-	invC = sink.Inventory{Kind: "ClusterInventory", Name: "inv", UID: "ic"}
+	invA = sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "team-a", Name: "inv", UID: "ia"}
+	invB = sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "team-b", Name: "inv", UID: "ib"}
+	invC = sink.Inventory{Cluster: "east", Kind: "ClusterInventory", Name: "inv", UID: "ic"}
 )
+
+// pos is a cursor at position p of epoch 0.
+func pos(p string) sink.Cursor { return sink.Cursor{Position: p} }
 
 // rows returns every row of the item and cursor tables as text, for
 // before/after comparisons; inv limits them to one inventory when set.
@@ -137,8 +140,8 @@ func rows(t *testing.T, conn *pgx.Conn, schema, table string, inv *sink.Inventor
 		q := "SELECT r::text FROM " + pgx.Identifier{schema, tbl}.Sanitize() + " r"
 		var args []any
 		if inv != nil {
-			q += " WHERE inventory_namespace = $1 AND inventory_name = $2"
-			args = []any{inv.Namespace, inv.Name}
+			q += " WHERE cluster = $1 AND inventory_namespace = $2 AND inventory_name = $3"
+			args = []any{inv.Cluster, inv.Namespace, inv.Name}
 		}
 		rs, err := conn.Query(ctx, q+" ORDER BY 1", args...)
 		if err != nil {
@@ -157,34 +160,34 @@ func countRows(t *testing.T, conn *pgx.Conn, schema, table string, inv sink.Inve
 	t.Helper()
 	var n int
 	err := conn.QueryRow(testContext(t), "SELECT count(*) FROM "+pgx.Identifier{schema, table}.Sanitize()+
-		" WHERE inventory_namespace = $1 AND inventory_name = $2", inv.Namespace, inv.Name).Scan(&n)
+		" WHERE cluster = $1 AND inventory_namespace = $2 AND inventory_name = $3", inv.Cluster, inv.Namespace, inv.Name).Scan(&n)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
 }
 
-func mustState(t *testing.T, s *Sink, inv sink.Inventory) (map[string]string, string) {
+func mustState(t *testing.T, s *Sink, inv sink.Inventory) (map[string]string, sink.Cursor) {
 	t.Helper()
 	hashes, cursor, err := s.State(testContext(t), inv)
 	if err != nil {
-		t.Fatalf("State(%s/%s): %v", inv.Namespace, inv.Name, err)
+		t.Fatalf("State(%s: %s/%s): %v", inv.Cluster, inv.Namespace, inv.Name, err)
 	}
 	return hashes, cursor
 }
 
-func wantState(t *testing.T, s *Sink, inv sink.Inventory, wantHashes map[string]string, wantCursor string) {
+func wantState(t *testing.T, s *Sink, inv sink.Inventory, wantHashes map[string]string, wantCursor sink.Cursor) {
 	t.Helper()
 	hashes, cursor := mustState(t, s, inv)
 	if !reflect.DeepEqual(hashes, wantHashes) {
-		t.Errorf("State(%s/%s) hashes = %v, want %v", inv.Namespace, inv.Name, hashes, wantHashes)
+		t.Errorf("State(%s: %s/%s) hashes = %v, want %v", inv.Cluster, inv.Namespace, inv.Name, hashes, wantHashes)
 	}
 	if cursor != wantCursor {
-		t.Errorf("State(%s/%s) cursor = %q, want %q", inv.Namespace, inv.Name, cursor, wantCursor)
+		t.Errorf("State(%s: %s/%s) cursor = %+v, want %+v", inv.Cluster, inv.Namespace, inv.Name, cursor, wantCursor)
 	}
 }
 
-func mustApply(t *testing.T, s *Sink, inv sink.Inventory, changes []sink.Change, cursor string) {
+func mustApply(t *testing.T, s *Sink, inv sink.Inventory, changes []sink.Change, cursor sink.Cursor) {
 	t.Helper()
 	if err := s.Apply(testContext(t), inv, changes, cursor); err != nil {
 		t.Fatalf("Apply: %v", err)
@@ -209,11 +212,11 @@ func TestCreatesSchemaAndTables(t *testing.T) {
 		t.Fatal("Probe created the schema")
 	}
 
-	wantState(t, s, invA, map[string]string{}, "")
+	wantState(t, s, invA, map[string]string{}, pos(""))
 
 	for table, want := range map[string][]string{
 		v1alpha1.DefaultPostgresTable: {
-			"inventory_kind text YES", "inventory_namespace text NO", "inventory_name text NO",
+			"cluster text NO", "inventory_kind text YES", "inventory_namespace text NO", "inventory_name text NO",
 			"item_uid text NO", "item_namespace text NO", "item_name text NO", "item_resource_version text NO",
 			"target text YES", "profile text YES", "source_api_version text YES", "source_kind text YES",
 			"source_namespace text YES", "source_name text YES", "source_uid text YES",
@@ -221,8 +224,8 @@ func TestCreatesSchemaAndTables(t *testing.T) {
 			"exported_at timestamp with time zone NO",
 		},
 		v1alpha1.DefaultPostgresTable + cursorsSuffix: {
-			"inventory_namespace text NO", "inventory_name text NO", "inventory_kind text YES",
-			"cursor text NO", "updated_at timestamp with time zone NO",
+			"cluster text NO", "inventory_namespace text NO", "inventory_name text NO", "inventory_kind text YES",
+			"cursor text NO", "epoch bigint NO", "updated_at timestamp with time zone NO",
 		},
 	} {
 		rs, err := conn.Query(ctx, `SELECT column_name || ' ' || data_type || ' ' || is_nullable
@@ -238,20 +241,11 @@ func TestCreatesSchemaAndTables(t *testing.T) {
 			t.Errorf("columns of %s.%s =\n%q\nwant\n%q", schema, table, got, want)
 		}
 	}
-	var pk string
-	err := conn.QueryRow(ctx, `SELECT pg_get_constraintdef(oid) FROM pg_constraint
-		WHERE conrelid = to_regclass($1) AND contype = 'p'`,
-		pgx.Identifier{schema, v1alpha1.DefaultPostgresTable}.Sanitize()).Scan(&pk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "PRIMARY KEY (inventory_namespace, inventory_name, item_uid)"; pk != want {
-		t.Errorf("primary key = %q, want %q", pk, want)
-	}
+	wantKeys(t, conn, schema, v1alpha1.DefaultPostgresTable)
 
 	// A second Sink on existing tables works without creating anything.
 	s2 := newSink(t, schema, "")
-	wantState(t, s2, invA, map[string]string{}, "")
+	wantState(t, s2, invA, map[string]string{}, pos(""))
 }
 
 func TestApplyAndState(t *testing.T) {
@@ -264,8 +258,8 @@ func TestApplyAndState(t *testing.T) {
 	changes := []sink.Change{upsert(item("u1", "h1")), upsert(item("u2", "h2")), upsert(item("u3", "h3"))}
 	changes[2].Item.Attributes = nil
 	changes[2].Item.Object = json.RawMessage(`{"kind":"Deployment"}`)
-	mustApply(t, s, invA, changes, "c1")
-	wantState(t, s, invA, map[string]string{"u1": "h1", "u2": "h2", "u3": "h3"}, "c1")
+	mustApply(t, s, invA, changes, pos("c1"))
+	wantState(t, s, invA, map[string]string{"u1": "h1", "u2": "h2", "u3": "h3"}, pos("c1"))
 
 	// The row holds the item as given.
 	var (
@@ -302,22 +296,22 @@ func TestApplyAndState(t *testing.T) {
 	}
 
 	// Applying the same changes again leaves one row per UID.
-	mustApply(t, s, invA, changes, "c1")
+	mustApply(t, s, invA, changes, pos("c1"))
 	if n := countRows(t, conn, schema, table, invA); n != 3 {
 		t.Errorf("after applying twice: %d rows, want 3", n)
 	}
 
 	// An update and a delete touch exactly their rows.
-	mustApply(t, s, invA, []sink.Change{upsert(item("u1", "h1b")), del("u2")}, "c2")
-	wantState(t, s, invA, map[string]string{"u1": "h1b", "u3": "h3"}, "c2")
+	mustApply(t, s, invA, []sink.Change{upsert(item("u1", "h1b")), del("u2")}, pos("c2"))
+	wantState(t, s, invA, map[string]string{"u1": "h1b", "u3": "h3"}, pos("c2"))
 
 	// Deleting a row that does not exist is not an error.
-	mustApply(t, s, invA, []sink.Change{del("u2"), del("nope")}, "c3")
-	wantState(t, s, invA, map[string]string{"u1": "h1b", "u3": "h3"}, "c3")
+	mustApply(t, s, invA, []sink.Change{del("u2"), del("nope")}, pos("c3"))
+	wantState(t, s, invA, map[string]string{"u1": "h1b", "u3": "h3"}, pos("c3"))
 
 	// An empty batch still stores its cursor.
-	mustApply(t, s, invA, nil, "c4")
-	wantState(t, s, invA, map[string]string{"u1": "h1b", "u3": "h3"}, "c4")
+	mustApply(t, s, invA, nil, pos("c4"))
+	wantState(t, s, invA, map[string]string{"u1": "h1b", "u3": "h3"}, pos("c4"))
 }
 
 func TestInventoriesAreIsolated(t *testing.T) {
@@ -329,7 +323,7 @@ func TestInventoriesAreIsolated(t *testing.T) {
 	// The same item UIDs in three inventories: the key includes the
 	// inventory, and a ClusterInventory's empty namespace is its own.
 	for _, inv := range []sink.Inventory{invA, invB, invC} {
-		mustApply(t, s, inv, []sink.Change{upsert(item("u1", inv.UID+"1")), upsert(item("u2", inv.UID+"2"))}, "c-"+inv.UID)
+		mustApply(t, s, inv, []sink.Change{upsert(item("u1", inv.UID+"1")), upsert(item("u2", inv.UID+"2"))}, pos("c-"+inv.UID))
 	}
 	otherB := rows(t, conn, schema, table, &invB)
 	otherC := rows(t, conn, schema, table, &invC)
@@ -337,15 +331,15 @@ func TestInventoriesAreIsolated(t *testing.T) {
 		t.Fatalf("setup: inventory B has %d rows, C %d, want 3 each (two items and a cursor)", len(otherB), len(otherC))
 	}
 
-	mustApply(t, s, invA, []sink.Change{upsert(item("u1", "new")), del("u2"), upsert(item("u3", "ia3"))}, "c-a2")
-	wantState(t, s, invA, map[string]string{"u1": "new", "u3": "ia3"}, "c-a2")
-	wantState(t, s, invB, map[string]string{"u1": "ib1", "u2": "ib2"}, "c-ib")
-	wantState(t, s, invC, map[string]string{"u1": "ic1", "u2": "ic2"}, "c-ic")
+	mustApply(t, s, invA, []sink.Change{upsert(item("u1", "new")), del("u2"), upsert(item("u3", "ia3"))}, pos("c-a2"))
+	wantState(t, s, invA, map[string]string{"u1": "new", "u3": "ia3"}, pos("c-a2"))
+	wantState(t, s, invB, map[string]string{"u1": "ib1", "u2": "ib2"}, pos("c-ib"))
+	wantState(t, s, invC, map[string]string{"u1": "ic1", "u2": "ic2"}, pos("c-ic"))
 
-	if err := s.Delete(testContext(t), invA); err != nil {
+	if err := s.Delete(testContext(t), invA, sink.Cursor{}); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
-	wantState(t, s, invA, map[string]string{}, "")
+	wantState(t, s, invA, map[string]string{}, pos(""))
 	if got := rows(t, conn, schema, table, &invB); !reflect.DeepEqual(got, otherB) {
 		t.Errorf("inventory B changed:\n%q\nwant\n%q", got, otherB)
 	}
@@ -361,21 +355,33 @@ func TestDelete(t *testing.T) {
 	const table = "items"
 	s := newSink(t, schema, table)
 
-	mustApply(t, s, invA, []sink.Change{upsert(item("u1", "h1")), upsert(item("u2", "h2"))}, "c1")
-	if err := s.Delete(ctx, invA); err != nil {
+	mustApply(t, s, invA, []sink.Change{upsert(item("u1", "h1")), upsert(item("u2", "h2"))}, pos("c1"))
+	if err := s.Delete(ctx, invA, sink.Cursor{}); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
-	if got := rows(t, conn, schema, table, &invA); len(got) != 0 {
-		t.Errorf("after Delete the inventory still has rows: %q", got)
+	// What stays is the emptied cursor row, which keeps the epoch.
+	if got := rows(t, conn, schema, table, &invA); len(got) != 1 || !strings.HasPrefix(got[0], `(east,team-a,inv,Inventory,"",0,`) {
+		t.Errorf("after Delete the inventory still has rows, or lost its cursor row: %q", got)
 	}
-	wantState(t, s, invA, map[string]string{}, "")
+	wantState(t, s, invA, map[string]string{}, pos(""))
 	// Deleting again, or deleting an inventory never exported, is fine.
-	if err := s.Delete(ctx, invA); err != nil {
+	if err := s.Delete(ctx, invA, sink.Cursor{}); err != nil {
 		t.Errorf("second Delete: %v", err)
 	}
-	if err := s.Delete(ctx, invC); err != nil {
+	if err := s.Delete(ctx, invC, sink.Cursor{}); err != nil {
 		t.Errorf("Delete of an unknown inventory: %v", err)
 	}
+	// A cleanup at epoch 5 fences a former leader's batch and Delete.
+	if err := s.Delete(ctx, invA, sink.Cursor{Epoch: 5}); err != nil {
+		t.Fatalf("Delete at epoch 5: %v", err)
+	}
+	if err := s.Apply(ctx, invA, []sink.Change{upsert(item("u1", "h1"))}, sink.Cursor{Position: "c2", Epoch: 4}); !errors.Is(err, sink.ErrFenced) {
+		t.Errorf("a batch of epoch 4 after a Delete at epoch 5: %v, want ErrFenced", err)
+	}
+	if err := s.Delete(ctx, invA, sink.Cursor{Epoch: 4}); !errors.Is(err, sink.ErrFenced) {
+		t.Errorf("a Delete of epoch 4 after one at epoch 5: %v, want ErrFenced", err)
+	}
+	wantState(t, s, invA, map[string]string{}, sink.Cursor{Epoch: 5})
 }
 
 func TestLargeApplyUsesCopy(t *testing.T) {
@@ -383,7 +389,7 @@ func TestLargeApplyUsesCopy(t *testing.T) {
 	schema := testSchema(t, conn)
 	const table = "items"
 	s := newSink(t, schema, table)
-	mustApply(t, s, invB, []sink.Change{upsert(item("other", "h"))}, "cb")
+	mustApply(t, s, invB, []sink.Change{upsert(item("other", "h"))}, pos("cb"))
 	otherB := rows(t, conn, schema, table, &invB)
 
 	const n = 10_000
@@ -400,7 +406,7 @@ func TestLargeApplyUsesCopy(t *testing.T) {
 
 	copies, batches := s.copies.Load(), s.batches.Load()
 	changes, want := batch("1")
-	mustApply(t, s, invA, changes, "c1")
+	mustApply(t, s, invA, changes, pos("c1"))
 	if got := s.copies.Load() - copies; got != 1 {
 		t.Errorf("a %d-item Apply used COPY %d times, want 1", n, got)
 	}
@@ -410,7 +416,7 @@ func TestLargeApplyUsesCopy(t *testing.T) {
 	if got := countRows(t, conn, schema, table, invA); got != n {
 		t.Errorf("%d rows, want %d", got, n)
 	}
-	wantState(t, s, invA, want, "c1")
+	wantState(t, s, invA, want, pos("c1"))
 
 	// Again with new hashes and a few deletes: every row conflicts.
 	changes, want = batch("2")
@@ -418,17 +424,17 @@ func TestLargeApplyUsesCopy(t *testing.T) {
 		changes = append(changes, del(uid))
 		delete(want, uid)
 	}
-	mustApply(t, s, invA, changes, "c2")
+	mustApply(t, s, invA, changes, pos("c2"))
 	if got := s.copies.Load() - copies; got != 2 {
 		t.Errorf("two large Applies used COPY %d times, want 2", got)
 	}
 	if got := countRows(t, conn, schema, table, invA); got != n-3 {
 		t.Errorf("%d rows, want %d", got, n-3)
 	}
-	wantState(t, s, invA, want, "c2")
+	wantState(t, s, invA, want, pos("c2"))
 
 	// Small batches do not use COPY.
-	mustApply(t, s, invA, []sink.Change{upsert(item("small", "h"))}, "c3")
+	mustApply(t, s, invA, []sink.Change{upsert(item("small", "h"))}, pos("c3"))
 	if got := s.copies.Load() - copies; got != 2 {
 		t.Errorf("a one-item Apply used COPY")
 	}
@@ -450,10 +456,10 @@ func TestStateStreamsManyRows(t *testing.T) {
 	for i := range changes {
 		changes[i] = upsert(item(fmt.Sprintf("uid-%06d", i), fmt.Sprintf("h%d", i)))
 	}
-	mustApply(t, s, invC, changes, "c1")
+	mustApply(t, s, invC, changes, pos("c1"))
 	hashes, cursor := mustState(t, s, invC)
-	if len(hashes) != n || cursor != "c1" {
-		t.Fatalf("State: %d hashes and cursor %q, want %d and c1", len(hashes), cursor, n)
+	if len(hashes) != n || cursor != pos("c1") {
+		t.Fatalf("State: %d hashes and cursor %+v, want %d and c1 at epoch 0", len(hashes), cursor, n)
 	}
 	if hashes["uid-012345"] != "h12345" {
 		t.Errorf("hash of uid-012345 = %q, want h12345", hashes["uid-012345"])
@@ -473,7 +479,7 @@ func TestFailedApplyChangesNothing(t *testing.T) {
 			schema := testSchema(t, conn)
 			const table = "items"
 			s := newSink(t, schema, table)
-			mustApply(t, s, invA, []sink.Change{upsert(item("u1", "h1")), upsert(item("u2", "h2"))}, "c1")
+			mustApply(t, s, invA, []sink.Change{upsert(item("u1", "h1")), upsert(item("u2", "h2"))}, pos("c1"))
 			before := rows(t, conn, schema, table, nil)
 
 			changes := []sink.Change{del("u1"), upsert(item("u2", "h2-new"))}
@@ -484,7 +490,7 @@ func TestFailedApplyChangesNothing(t *testing.T) {
 			bad.Attributes = json.RawMessage(`{"not": json`)
 			changes = append(changes, upsert(bad))
 			copies := s.copies.Load()
-			err := s.Apply(testContext(t), invA, changes, "c2")
+			err := s.Apply(testContext(t), invA, changes, pos("c2"))
 			if err == nil {
 				t.Fatal("Apply with invalid JSON succeeded")
 			}
@@ -494,13 +500,13 @@ func TestFailedApplyChangesNothing(t *testing.T) {
 			if got := rows(t, conn, schema, table, nil); !reflect.DeepEqual(got, before) {
 				t.Errorf("a failed Apply changed the tables:\n%q\nwant\n%q", got, before)
 			}
-			wantState(t, s, invA, map[string]string{"u1": "h1", "u2": "h2"}, "c1")
+			wantState(t, s, invA, map[string]string{"u1": "h1", "u2": "h2"}, pos("c1"))
 
 			// The Sink still works after the rollback.
-			mustApply(t, s, invA, changes[:len(changes)-1], "c2")
+			mustApply(t, s, invA, changes[:len(changes)-1], pos("c2"))
 			hashes, cursor := mustState(t, s, invA)
-			if len(hashes) != 1+tc.valid || hashes["u2"] != "h2-new" || cursor != "c2" {
-				t.Errorf("after a valid retry: %d hashes, u2 = %q, cursor %q", len(hashes), hashes["u2"], cursor)
+			if len(hashes) != 1+tc.valid || hashes["u2"] != "h2-new" || cursor != pos("c2") {
+				t.Errorf("after a valid retry: %d hashes, u2 = %q, cursor %+v", len(hashes), hashes["u2"], cursor)
 			}
 		})
 	}
@@ -511,7 +517,7 @@ func TestDuplicateUIDsLastWins(t *testing.T) {
 	schema := testSchema(t, conn)
 	s := newSink(t, schema, "items")
 
-	mustApply(t, s, invA, []sink.Change{upsert(item("gone", "h"))}, "c0")
+	mustApply(t, s, invA, []sink.Change{upsert(item("gone", "h"))}, pos("c0"))
 	mustApply(t, s, invA, []sink.Change{
 		upsert(item("u1", "first")),
 		upsert(item("u2", "first")),
@@ -521,8 +527,8 @@ func TestDuplicateUIDsLastWins(t *testing.T) {
 		upsert(item("u3", "back")),
 		upsert(item("gone", "h2")),
 		del("gone"),
-	}, "c1")
-	wantState(t, s, invA, map[string]string{"u1": "last", "u3": "back"}, "c1")
+	}, pos("c1"))
+	wantState(t, s, invA, map[string]string{"u1": "last", "u3": "back"}, pos("c1"))
 
 	// The COPY path too: every UID twice in one batch.
 	var changes []sink.Change
@@ -535,11 +541,11 @@ func TestDuplicateUIDsLastWins(t *testing.T) {
 		}
 	}
 	copies := s.copies.Load()
-	mustApply(t, s, invB, changes, "c2")
+	mustApply(t, s, invB, changes, pos("c2"))
 	if s.copies.Load() == copies {
 		t.Error("the duplicate-laden large batch did not use COPY")
 	}
-	wantState(t, s, invB, want, "c2")
+	wantState(t, s, invB, want, pos("c2"))
 }
 
 func TestConcurrentFirstUse(t *testing.T) {
@@ -556,8 +562,8 @@ func TestConcurrentFirstUse(t *testing.T) {
 		for i, s := range sinks {
 			wg.Go(func() {
 				<-start
-				inv := sink.Inventory{Kind: "Inventory", Namespace: "ns", Name: fmt.Sprintf("inv-%d", i)}
-				errs[i] = s.Apply(testContext(t), inv, []sink.Change{upsert(item("u", "h"))}, "c")
+				inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: fmt.Sprintf("inv-%d", i)}
+				errs[i] = s.Apply(testContext(t), inv, []sink.Change{upsert(item("u", "h"))}, pos("c"))
 			})
 		}
 		close(start)
@@ -639,8 +645,8 @@ func TestErrorsHideCredentials(t *testing.T) {
 				errs = append(errs, s.Probe(ctx))
 				_, _, err := s.State(ctx, invA)
 				errs = append(errs, err)
-				errs = append(errs, s.Apply(ctx, invA, []sink.Change{upsert(item("u", "h"))}, "c"))
-				errs = append(errs, s.Delete(ctx, invA))
+				errs = append(errs, s.Apply(ctx, invA, []sink.Change{upsert(item("u", "h"))}, pos("c")))
+				errs = append(errs, s.Delete(ctx, invA, sink.Cursor{}))
 			}
 			for _, err := range errs {
 				if err == nil {

@@ -1,6 +1,6 @@
-// Package webhook is the webhook EventSink: it POSTs one CloudEvent
-// (structured JSON mode) per item change to an HTTPS endpoint, in order,
-// retrying what a retry can fix.
+// Package webhook is the webhook EventSink: it POSTs each CloudEvent the
+// exporter builds (structured JSON mode) to an HTTPS endpoint, one request
+// per event, in order, retrying what a retry can fix.
 //
 // A delivery is signed with HMAC-SHA256 of the body when the Secret has an
 // hmacKey, and carries a bearer token when it has a token. Redirects are
@@ -77,6 +77,19 @@ type Sink struct {
 
 var _ sink.EventSink = (*Sink)(nil)
 
+func init() {
+	sink.Events.Register(string(v1alpha1.EventSinkWebhook), build)
+}
+
+// build is the webhook type's sink.Factory.
+func build(_ context.Context, spec *v1alpha1.EventSinkSpec, p sink.Params) (sink.EventSink, error) {
+	s, err := New(spec, p.Secret, p.Dialer)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
 // New validates the spec and Secret and returns the sink, which connects
 // only through dialer. Errors from a spec or Secret that cannot work wrap
 // sink.ErrPermanent.
@@ -99,6 +112,9 @@ func New(spec *v1alpha1.EventSinkSpec, secret sink.Secret, dialer *netguard.Dial
 func (s *Sink) init(spec *v1alpha1.EventSinkSpec, secret sink.Secret, dialer *netguard.Dialer) error {
 	if dialer == nil {
 		return fmt.Errorf("webhook: no dialer: %w", sink.ErrPermanent)
+	}
+	if spec == nil {
+		return fmt.Errorf("webhook: no spec: %w", sink.ErrPermanent)
 	}
 	u, err := url.Parse(spec.Endpoint)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
@@ -153,18 +169,17 @@ func (s *Sink) init(spec *v1alpha1.EventSinkSpec, secret sink.Secret, dialer *ne
 	return nil
 }
 
-// Publish delivers one event per change, one after the other, so the
-// receiver gets them in order.
-func (s *Sink) Publish(ctx context.Context, inv sink.Inventory, changes []sink.Change) error {
-	now := time.Now()
-	for i, c := range changes {
-		ev := sink.NewEvent(inv, c, now)
+// Publish delivers the events one after the other, each once the one
+// before it was accepted, so the receiver gets them in order.
+func (s *Sink) Publish(ctx context.Context, _ sink.Inventory, events []sink.Event) error {
+	for i := range events {
+		ev := &events[i]
 		body, err := json.Marshal(ev)
 		if err == nil {
 			err = s.deliver(ctx, body)
 		}
 		if err != nil {
-			return s.scrub(fmt.Errorf("webhook: delivered %d of %d events: event %s: %w", i, len(changes), ev.ID, err))
+			return s.scrub(fmt.Errorf("webhook: delivered %d of %d events: event %s: %w", i, len(events), ev.ID, err))
 		}
 	}
 	return nil

@@ -109,7 +109,21 @@ func status(code int) func(int, http.ResponseWriter, *http.Request) {
 	return func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(code) }
 }
 
-var inv = sink.Inventory{Kind: "Inventory", Namespace: "team-a", Name: "web", UID: "inv-uid"}
+var inv = sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "team-a", Name: "web", UID: "inv-uid"}
+
+// testEpoch is the leadership epoch of the tests' events.
+const testEpoch = 7
+
+// events builds the events of changes of inv, as the exporter does outside
+// a resync.
+func events(cs []sink.Change) []sink.Event {
+	out := make([]sink.Event, len(cs))
+	now := time.Now()
+	for i, c := range cs {
+		out[i] = sink.NewEvent(inv, c, testEpoch, "", now)
+	}
+	return out
+}
 
 func changes(n int) []sink.Change {
 	out := make([]sink.Change, n)
@@ -139,7 +153,7 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func eventID(c sink.Change) string { return sink.NewEvent(sink.Inventory{}, c, time.Time{}).ID }
+func eventID(c sink.Change) string { return sink.NewEvent(inv, c, testEpoch, "", time.Time{}).ID }
 
 // checkDelivery checks that r is the signed, authorized event of c.
 func checkDelivery(t *testing.T, r request, sigHeader string, c sink.Change) {
@@ -167,6 +181,7 @@ func checkDelivery(t *testing.T, r request, sigHeader string, c sink.Change) {
 		wantType = sink.EventTypeDeleted
 	}
 	if ev.SpecVersion != "1.0" || ev.ID != eventID(c) || ev.Type != wantType || ev.Source != sink.EventSource(inv) ||
+		ev.Cluster != inv.Cluster || ev.Epoch != testEpoch || ev.Resync != "" ||
 		ev.Subject != c.Item.Key() || ev.Time.IsZero() || ev.DataContentType != "application/json" ||
 		ev.Data.Op != c.Op || ev.Data.ItemResourceVersion != c.Item.ResourceVersion || ev.Data.Item == nil ||
 		ev.Data.Item.Name != c.Item.Name || string(ev.Data.Item.Attributes) != string(c.Item.Attributes) {
@@ -180,7 +195,7 @@ func TestPublishDeliversInOrder(t *testing.T) {
 	s := newSink(t, rc.spec(nil), secret)
 
 	cs := changes(5)
-	if err := s.Publish(ctxT(t), inv, cs); err != nil {
+	if err := s.Publish(ctxT(t), inv, events(cs)); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 	reqs := rc.requests()
@@ -197,13 +212,13 @@ func TestSignatureHeaderAndNoCredentials(t *testing.T) {
 	cfg := fast()
 	cfg.SignatureHeader = "X-Hub-Signature-256"
 	cs := changes(1)
-	if err := newSink(t, rc.spec(cfg), secret).Publish(ctxT(t), inv, cs); err != nil {
+	if err := newSink(t, rc.spec(cfg), secret).Publish(ctxT(t), inv, events(cs)); err != nil {
 		t.Fatal(err)
 	}
 	checkDelivery(t, rc.requests()[0], "X-Hub-Signature-256", cs[0])
 
 	// Without a Secret: neither signed nor authorized.
-	if err := newSink(t, rc.spec(cfg), nil).Publish(ctxT(t), inv, cs); err != nil {
+	if err := newSink(t, rc.spec(cfg), nil).Publish(ctxT(t), inv, events(cs)); err != nil {
 		t.Fatal(err)
 	}
 	r := rc.requests()[1]
@@ -221,7 +236,7 @@ func TestRetriesUnavailable(t *testing.T) {
 	s := newSink(t, rc.spec(fast()), secret)
 	cs := changes(1)
 	start := time.Now()
-	if err := s.Publish(ctxT(t), inv, cs); err != nil {
+	if err := s.Publish(ctxT(t), inv, events(cs)); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 	reqs := rc.requests()
@@ -244,7 +259,7 @@ func TestRetryableStatuses(t *testing.T) {
 				w.WriteHeader(code)
 			}
 		})
-		if err := newSink(t, rc.spec(fast()), secret).Publish(ctxT(t), inv, changes(1)); err != nil {
+		if err := newSink(t, rc.spec(fast()), secret).Publish(ctxT(t), inv, events(changes(1))); err != nil {
 			t.Errorf("%d then 200: %v", code, err)
 		}
 		if n := len(rc.requests()); n != 2 {
@@ -261,7 +276,7 @@ func TestRetryAfter(t *testing.T) {
 		}
 	})
 	start := time.Now()
-	if err := newSink(t, rc.spec(fast()), secret).Publish(ctxT(t), inv, changes(1)); err != nil {
+	if err := newSink(t, rc.spec(fast()), secret).Publish(ctxT(t), inv, events(changes(1))); err != nil {
 		t.Fatal(err)
 	}
 	if elapsed := time.Since(start); elapsed < time.Second {
@@ -291,7 +306,7 @@ func TestClientErrorIsPermanent(t *testing.T) {
 	rc := newReceiver(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "unknown event type", http.StatusBadRequest)
 	})
-	err := newSink(t, rc.spec(fast()), secret).Publish(ctxT(t), inv, changes(3))
+	err := newSink(t, rc.spec(fast()), secret).Publish(ctxT(t), inv, events(changes(3)))
 	if !errors.Is(err, sink.ErrPermanent) {
 		t.Fatalf("want a permanent error, got %v", err)
 	}
@@ -311,7 +326,7 @@ func TestPartialDelivery(t *testing.T) {
 		}
 	})
 	cs := changes(5)
-	err := newSink(t, rc.spec(fast()), secret).Publish(ctxT(t), inv, cs)
+	err := newSink(t, rc.spec(fast()), secret).Publish(ctxT(t), inv, events(cs))
 	if err == nil || !strings.Contains(err.Error(), "delivered 2 of 5") || !strings.Contains(err.Error(), eventID(cs[2])) {
 		t.Fatalf("want an error saying 2 of 5 were delivered and naming %s, got %v", eventID(cs[2]), err)
 	}
@@ -326,7 +341,7 @@ func TestRedirectNotFollowed(t *testing.T) {
 			http.Redirect(w, r, "/elsewhere", http.StatusFound)
 		}
 	})
-	err := newSink(t, rc.spec(fast()), secret).Publish(ctxT(t), inv, changes(1))
+	err := newSink(t, rc.spec(fast()), secret).Publish(ctxT(t), inv, events(changes(1)))
 	if !errors.Is(err, sink.ErrPermanent) || !strings.Contains(err.Error(), "302") {
 		t.Fatalf("want a permanent error for the 302, got %v", err)
 	}
@@ -341,7 +356,7 @@ func TestMaxAttempts(t *testing.T) {
 	rc := newReceiver(t, status(http.StatusInternalServerError))
 	cfg := fast()
 	cfg.MaxAttempts = 3
-	err := newSink(t, rc.spec(cfg), secret).Publish(ctxT(t), inv, changes(2))
+	err := newSink(t, rc.spec(cfg), secret).Publish(ctxT(t), inv, events(changes(2)))
 	if err == nil || errors.Is(err, sink.ErrPermanent) || !strings.Contains(err.Error(), "giving up after 3 attempts") {
 		t.Fatalf("want a transient error after 3 attempts, got %v", err)
 	}
@@ -362,7 +377,7 @@ func TestAttemptTimeoutIsRetried(t *testing.T) {
 	})
 	cfg := fast()
 	cfg.Timeout = &metav1.Duration{Duration: 200 * time.Millisecond}
-	if err := newSink(t, rc.spec(cfg), secret).Publish(ctxT(t), inv, changes(1)); err != nil {
+	if err := newSink(t, rc.spec(cfg), secret).Publish(ctxT(t), inv, events(changes(1))); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
 	if n := len(rc.requests()); n != 2 {
@@ -377,7 +392,7 @@ func TestStopsWhenContextEnds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err := newSink(t, rc.spec(cfg), secret).Publish(ctx, inv, changes(1))
+	err := newSink(t, rc.spec(cfg), secret).Publish(ctx, inv, events(changes(1)))
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("want an error wrapping the deadline, got %v", err)
 	}
@@ -390,7 +405,7 @@ func TestStopsWhenContextEnds(t *testing.T) {
 
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := newSink(t, rc.spec(cfg), secret).Publish(cancelled, inv, changes(1)); !errors.Is(err, context.Canceled) {
+	if err := newSink(t, rc.spec(cfg), secret).Publish(cancelled, inv, events(changes(1))); !errors.Is(err, context.Canceled) {
 		t.Errorf("Publish with a cancelled context: %v", err)
 	}
 }
@@ -400,7 +415,7 @@ func TestUntrustedCertificate(t *testing.T) {
 	spec := rc.spec(fast())
 	spec.TLS = nil // system roots do not include httptest's CA
 	s := newSink(t, spec, secret)
-	if err := s.Publish(ctxT(t), inv, changes(1)); !errors.Is(err, sink.ErrPermanent) {
+	if err := s.Publish(ctxT(t), inv, events(changes(1))); !errors.Is(err, sink.ErrPermanent) {
 		t.Errorf("Publish to an untrusted certificate: want a permanent error, got %v", err)
 	}
 	if err := s.Probe(ctxT(t)); !errors.Is(err, sink.ErrPermanent) {
@@ -416,7 +431,7 @@ func TestPlainHTTP(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { got.Add(1) }))
 	defer srv.Close()
 	s := newSink(t, &v1alpha1.EventSinkSpec{Type: v1alpha1.EventSinkWebhook, Endpoint: srv.URL}, secret)
-	if err := s.Publish(ctxT(t), inv, changes(2)); err != nil || got.Load() != 2 {
+	if err := s.Publish(ctxT(t), inv, events(changes(2))); err != nil || got.Load() != 2 {
 		t.Errorf("Publish over http: %v, %d requests", err, got.Load())
 	}
 }
@@ -496,7 +511,7 @@ func TestLoopbackRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = s.Close() }()
-	for what, err := range map[string]error{"Probe": s.Probe(ctxT(t)), "Publish": s.Publish(ctxT(t), inv, changes(1))} {
+	for what, err := range map[string]error{"Probe": s.Probe(ctxT(t)), "Publish": s.Publish(ctxT(t), inv, events(changes(1)))} {
 		c := sink.Classify(err)
 		if c == nil || c.Outcome != sink.OutcomeAddressForbidden || c.Refusal.Class != netguard.Loopback {
 			t.Errorf("%s: %v classified %+v, want AddressForbidden (loopback)", what, err, c)
@@ -525,8 +540,8 @@ func TestErrorsHideSecrets(t *testing.T) {
 		code int
 		call func(*Sink) error
 	}{
-		{"publish rejected", http.StatusBadRequest, func(s *Sink) error { return s.Publish(ctxT(t), inv, changes(1)) }},
-		{"publish retried", http.StatusServiceUnavailable, func(s *Sink) error { return s.Publish(ctxT(t), inv, changes(1)) }},
+		{"publish rejected", http.StatusBadRequest, func(s *Sink) error { return s.Publish(ctxT(t), inv, events(changes(1))) }},
+		{"publish retried", http.StatusServiceUnavailable, func(s *Sink) error { return s.Publish(ctxT(t), inv, events(changes(1))) }},
 		{"probe", http.StatusUnauthorized, func(s *Sink) error { return s.Probe(ctxT(t)) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -594,5 +609,142 @@ func TestDefaultsAndLimits(t *testing.T) {
 		if d := s.backoff(attempt); d < ceiling/2 || d > ceiling {
 			t.Errorf("backoff(%d) = %v, want within [%v, %v]", attempt, d, ceiling/2, ceiling)
 		}
+	}
+}
+
+// TestResyncPassesThrough: a resync (the resynced event, then the live
+// set's upserts tagged with its token) is posted as built, one request per
+// event, in order: each body is the event's CloudEvent JSON, with the
+// extension attributes kollectcluster, kollectepoch and kollectresync and
+// the resynced event's data.resync, and its signature verifies.
+func TestResyncPassesThrough(t *testing.T) {
+	rc := newReceiver(t, nil)
+	s := newSink(t, rc.spec(fast()), secret)
+
+	now := time.Now()
+	live := changes(4)
+	items := make([]*sink.Item, len(live))
+	for i := range live {
+		live[i].Op = sink.Upsert
+		items[i] = live[i].Item
+	}
+	const token = "resync-token-1"
+	evs := []sink.Event{sink.NewResyncEvent(inv, token, len(live), sink.ChecksumOf(items), testEpoch, now)}
+	for _, c := range live {
+		evs = append(evs, sink.NewEvent(inv, c, testEpoch, token, now))
+	}
+	if err := s.Publish(ctxT(t), inv, evs); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	reqs := rc.requests()
+	if len(reqs) != len(evs) {
+		t.Fatalf("%d requests, want %d", len(reqs), len(evs))
+	}
+	for i, ev := range evs {
+		want, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(reqs[i].body) != string(want) {
+			t.Errorf("request %d: body\n%s\nwant\n%s", i, reqs[i].body, want)
+		}
+		mac := hmac.New(sha256.New, []byte(hmacKey))
+		mac.Write(reqs[i].body)
+		if got := reqs[i].header.Get(DefaultSignatureHeader); got != "sha256="+hex.EncodeToString(mac.Sum(nil)) {
+			t.Errorf("request %d: signature %q does not verify", i, got)
+		}
+		var raw map[string]json.RawMessage
+		if err := json.Unmarshal(reqs[i].body, &raw); err != nil {
+			t.Fatal(err)
+		}
+		if string(raw["id"]) != `"`+ev.ID+`"` || string(raw["kollectcluster"]) != `"east"` || string(raw["kollectepoch"]) != "7" {
+			t.Errorf("request %d: id %s, kollectcluster %s, kollectepoch %s", i, raw["id"], raw["kollectcluster"], raw["kollectepoch"])
+		}
+		if i == 0 {
+			var data struct {
+				Resync sink.Resync `json:"resync"`
+			}
+			if err := json.Unmarshal(raw["data"], &data); err != nil || data.Resync != (sink.Resync{Token: token, ItemCount: len(live), Checksum: sink.ChecksumOf(items)}) {
+				t.Errorf("resynced event: data.resync %+v (%v)", data.Resync, err)
+			}
+			if string(raw["type"]) != `"`+sink.EventTypeResynced+`"` || raw["kollectresync"] != nil {
+				t.Errorf("resynced event: type %s, kollectresync %s", raw["type"], raw["kollectresync"])
+			}
+		} else if string(raw["kollectresync"]) != `"`+token+`"` || !strings.HasSuffix(ev.ID, "/resync/"+token) {
+			t.Errorf("upsert %d: kollectresync %s, id %s", i, raw["kollectresync"], ev.ID)
+		}
+	}
+}
+
+// TestRedeliveryKeepsIDs: after a partial failure the exporter sends the
+// events that were not acknowledged again, and the receiver sees the same
+// ids (and bodies) as in the failed attempt: what it deduplicates on.
+func TestRedeliveryKeepsIDs(t *testing.T) {
+	fail := true
+	var mu sync.Mutex
+	rc := newReceiver(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail && n == 3 {
+			http.Error(w, "not now", http.StatusBadRequest)
+		}
+	})
+	s := newSink(t, rc.spec(fast()), secret)
+	evs := events(changes(5))
+	if err := s.Publish(ctxT(t), inv, evs); err == nil || !strings.Contains(err.Error(), "delivered 2 of 5") {
+		t.Fatalf("first Publish = %v, want 2 of 5 delivered", err)
+	}
+	mu.Lock()
+	fail = false
+	mu.Unlock()
+	if err := s.Publish(ctxT(t), inv, evs[2:]); err != nil {
+		t.Fatalf("second Publish: %v", err)
+	}
+	reqs := rc.requests()
+	if len(reqs) != 6 {
+		t.Fatalf("%d requests, want 6 (2 delivered, 1 refused, 3 re-sent)", len(reqs))
+	}
+	if string(reqs[2].body) != string(reqs[3].body) {
+		t.Errorf("the refused event was re-sent with another body:\n%s\n%s", reqs[2].body, reqs[3].body)
+	}
+	var ids []string
+	for _, r := range reqs {
+		var ev sink.Event
+		if err := json.Unmarshal(r.body, &ev); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, ev.ID)
+	}
+	want := []string{evs[0].ID, evs[1].ID, evs[2].ID, evs[2].ID, evs[3].ID, evs[4].ID}
+	if strings.Join(ids, ",") != strings.Join(want, ",") {
+		t.Errorf("ids = %v, want %v", ids, want)
+	}
+	for _, id := range want {
+		if !strings.HasPrefix(id, "east/Inventory/team-a/web/") {
+			t.Errorf("id %s does not name the cluster and the inventory", id)
+		}
+	}
+}
+
+// TestRegistered: the webhook type is built through sink.Events, from the
+// Secret and the dialer of the parameters.
+func TestRegistered(t *testing.T) {
+	rc := newReceiver(t, nil)
+	s, err := sink.Events.Build(ctxT(t), string(v1alpha1.EventSinkWebhook), rc.spec(fast()), sink.Params{Secret: secret, Dialer: loopbackDialer})
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	cs := changes(1)
+	if err := s.Publish(ctxT(t), inv, events(cs)); err != nil {
+		t.Fatal(err)
+	}
+	if reqs := rc.requests(); len(reqs) != 1 {
+		t.Fatalf("%d requests, want 1", len(reqs))
+	} else {
+		checkDelivery(t, reqs[0], DefaultSignatureHeader, cs[0])
+	}
+	if s, err := sink.Events.Build(ctxT(t), string(v1alpha1.EventSinkWebhook), rc.spec(fast()), sink.Params{}); !errors.Is(err, sink.ErrPermanent) || s != nil {
+		t.Errorf("Build without a dialer = %v, %v; want a permanent error", s, err)
 	}
 }

@@ -24,8 +24,10 @@ package v1alpha1
 // FileSinkConfig configures a file snapshot sink.
 type FileSinkConfigApplyConfiguration struct {
 	// pathTemplate is the file path relative to the endpoint directory, with
-	// {namespace}, {inventory} and {ext} placeholders. Defaults to
-	// "{namespace}/{inventory}.{ext}". It may not leave the directory.
+	// {cluster} (the server's --cluster-name), {namespace} ("_cluster" for a
+	// ClusterInventory), {inventory} and {ext} placeholders. Defaults to
+	// "{cluster}/{namespace}/{inventory}.{ext}", so that the servers of many
+	// clusters can share the directory. It may not leave the directory.
 	PathTemplate *string `json:"pathTemplate,omitempty"`
 }
 

@@ -25,11 +25,16 @@ package v1alpha1
 type GitSinkConfigApplyConfiguration struct {
 	// branch to commit to. Defaults to main.
 	Branch *string `json:"branch,omitempty"`
-	// pathTemplate is the file path in the repository, with {namespace},
-	// {inventory} and {ext} placeholders. Defaults to "{namespace}/{inventory}.{ext}".
+	// pathTemplate is the file path in the repository, with {cluster} (the
+	// server's --cluster-name), {namespace} ("_cluster" for a
+	// ClusterInventory), {inventory} and {ext} placeholders. Defaults to
+	// "{cluster}/{namespace}/{inventory}.{ext}", so that the servers of many
+	// clusters can share the repository.
 	PathTemplate *string `json:"pathTemplate,omitempty"`
-	// commitMessage is the commit message template, with {namespace},
-	// {inventory}, {itemCount} and {checksum} placeholders.
+	// commitMessage is the commit message template, with {cluster},
+	// {namespace}, {inventory}, {itemCount} and {checksum} placeholders.
+	// Defaults to "kollect: {cluster}/{namespace}/{inventory} ({itemCount}
+	// items, {checksum})".
 	CommitMessage *string `json:"commitMessage,omitempty"`
 	// authorName of commits. Defaults to "Kollect".
 	AuthorName *string `json:"authorName,omitempty"`

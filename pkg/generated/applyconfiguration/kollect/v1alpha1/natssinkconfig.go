@@ -25,8 +25,14 @@ package v1alpha1
 type NATSSinkConfigApplyConfiguration struct {
 	// stream is the JetStream stream that must capture the subject.
 	Stream *string `json:"stream,omitempty"`
-	// subject template, with {namespace}, {inventory}, {kind} and {name}
-	// placeholders. Defaults to "kollect.{namespace}.{inventory}".
+	// subject template, with {cluster} (the server's --cluster-name),
+	// {namespace} ("_cluster" for a ClusterInventory), {inventory}, {kind}
+	// and {name} (the item's source kind and name; "_" for an event about
+	// the whole inventory, such as dev.kollect.inventory.resynced)
+	// placeholders, each made a valid subject token. Defaults to
+	// "kollect.{cluster}.{namespace}.{inventory}". Each message's
+	// Nats-Msg-Id is its event's id, which names the cluster and the
+	// inventory, so inventories and clusters can share a stream.
 	Subject *string `json:"subject,omitempty"`
 }
 

@@ -48,9 +48,11 @@ type SinkExportStatusApplyConfiguration struct {
 	LastExportTime *v1.Time `json:"lastExportTime,omitempty"`
 	// lastAttemptTime is when the exporter last ran for the sink.
 	LastAttemptTime *v1.Time `json:"lastAttemptTime,omitempty"`
-	// lastChecksum is the checksum of the payload the sink holds.
+	// lastChecksum is the checksum of the item set the sink last
+	// acknowledged.
 	LastChecksum *string `json:"lastChecksum,omitempty"`
-	// cursor is the item resourceVersion the sink has caught up to.
+	// cursor is the item resourceVersion up to which the sink acknowledged
+	// every change of the inventory's items.
 	Cursor *string `json:"cursor,omitempty"`
 	// itemCount is the number of items the sink holds.
 	ItemCount *int64 `json:"itemCount,omitempty"`
