@@ -206,9 +206,10 @@ func checkFirstExport(t *testing.T, what, path string, events []sink.Event, live
 
 // TestExportToAllSinks is issue 5's acceptance points 1 and 2, and the
 // Delete deletion policy: one Inventory exports to a file, git, Postgres,
-// NATS and a webhook; every sink holds the same item set and checksum; a
-// change to one object changes exactly one row, one event per event sink,
-// one commit and the file; a deletion removes it everywhere.
+// NATS and a webhook; every sink holds the same item set and checksum (the
+// event streams folded by the consumer contract, the first export being a
+// resync); a change to one object changes exactly one row, one event per
+// event sink, one commit and the file; a deletion removes it everywhere.
 func TestExportToAllSinks(t *testing.T) {
 	ctx := testContext(t, 4*time.Minute)
 	ns := "export-all"
