@@ -775,7 +775,7 @@ func (c *Controller) reconcile(ctx context.Context, key invKey) error {
 		}
 		c.byNamespace[ns][key] = s
 	}
-	if !mapsEqual(s.targets, selected) || s.targets == nil {
+	if !maps.Equal(s.targets, selected) || s.targets == nil {
 		s.targets = selected
 		s.view.replace(c.itemsOf(key, selected))
 	}
@@ -807,18 +807,6 @@ func (c *Controller) reconcile(ctx context.Context, key invKey) error {
 		e.stop()
 	}
 	return nil
-}
-
-func mapsEqual(a, b map[string]bool) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k := range a {
-		if !b[k] {
-			return false
-		}
-	}
-	return true
 }
 
 // itemsOf reads the items of the selected targets from the informer cache.

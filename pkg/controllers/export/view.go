@@ -286,13 +286,6 @@ func (s *subscription) giveBack(b *batch) {
 	}
 }
 
-// get returns the current item under key, or nil.
-func (v *view) get(key string) *sink.Item {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	return v.items[key]
-}
-
 // itemOf converts a stored item to its exported form.
 func itemOf(meta itemMeta, source v1alpha1.ItemSource, attributes map[string]v1alpha1.Value, object *v1alpha1.Value, hash string) *sink.Item {
 	it := &sink.Item{
