@@ -87,6 +87,8 @@ type Server struct {
 	// read-only item kinds, for the collector.
 	Items        *inventoryitem.Writer
 	ClusterItems *clusterinventoryitem.Writer
+	// SinkExports writes the exporters' status entries in process.
+	SinkExports *common.SinkExportWriter
 }
 
 // New builds the server and installs the kollect.dev/v1alpha1 resources.
@@ -136,6 +138,7 @@ type withStatus func(*runtime.Scheme, generic.RESTOptionsGetter, common.Options)
 
 func (s *Server) buildStorage(getter generic.RESTOptionsGetter, opts common.Options) (map[string]rest.Storage, error) {
 	storage := map[string]rest.Storage{}
+	s.SinkExports = &common.SinkExportWriter{}
 	// The tenancy checks read Scopes, ClusterScopes and Profiles through
 	// their storage, in process, and count what the quotas limit; the kinds
 	// they check are built with them.
@@ -158,6 +161,12 @@ func (s *Server) buildStorage(getter generic.RESTOptionsGetter, opts common.Opti
 		}
 		storage[resource] = main
 		storage[resource+"/status"] = status
+		switch resource {
+		case "inventories":
+			s.SinkExports.Inventories = status
+		case "clusterinventories":
+			s.SinkExports.ClusterInventories = status
+		}
 	}
 
 	scopes, err := scope.NewREST(Scheme, getter, opts)
@@ -170,9 +179,22 @@ func (s *Server) buildStorage(getter generic.RESTOptionsGetter, opts common.Opti
 		return nil, err
 	}
 	storage["clusterscopes"] = clusterScopes
+	// Admission reads the limits from etcd itself: a Scope written through
+	// any replica applies to the next request, at the cost of a small range
+	// read (common.Uncached).
+	scopeLookup, err := scope.NewREST(Scheme, common.Uncached{RESTOptionsGetter: getter}, opts)
+	if err != nil {
+		return nil, err
+	}
+	clusterScopeLookup, err := clusterscope.NewREST(Scheme, common.Uncached{RESTOptionsGetter: getter}, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.GenericAPIServer.RegisterDestroyFunc(scopeLookup.Destroy)
+	s.GenericAPIServer.RegisterDestroyFunc(clusterScopeLookup.Destroy)
 	checker.SetLookups(tenancy.Lookups{
-		Scopes:        scopes,
-		ClusterScopes: clusterScopes,
+		Scopes:        scopeLookup,
+		ClusterScopes: clusterScopeLookup,
 		Profiles:      storage["profiles"].(rest.Getter),
 		Quota: tenancy.QuotaLookups{
 			Targets:            storage["targets"].(rest.Lister),

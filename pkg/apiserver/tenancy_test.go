@@ -2,6 +2,7 @@ package apiserver_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -580,4 +581,56 @@ type warningRecorder struct{ texts []string }
 
 func (w *warningRecorder) HandleWarningHeader(_ int, _ string, text string) {
 	w.texts = append(w.texts, text)
+}
+
+// TestScopeAppliesToTheNextRequest: the limits are read from the watch
+// cache, yet a Scope created, tightened, loosened or deleted applies to
+// the very next request through the same server, every time.
+func TestScopeAppliesToTheNextRequest(t *testing.T) {
+	srv := testserver.Start(t, testserver.Options{})
+	ctx := tenancyContext(t)
+	api := srv.Client.KollectV1alpha1()
+	inventory := func(name string, interval time.Duration) *v1alpha1.Inventory {
+		return &v1alpha1.Inventory{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: v1alpha1.InventorySpec{ExportMinInterval: &metav1.Duration{Duration: interval}}}
+	}
+	floor := func(d time.Duration) v1alpha1.ScopeSpec {
+		return v1alpha1.ScopeSpec{MinExportInterval: &metav1.Duration{Duration: d}}
+	}
+	for round := range 30 {
+		ns := fmt.Sprintf("ryw-%02d", round)
+		invs, scopes := api.Inventories(ns), api.Scopes(ns)
+		// Writes to another resource move etcd's revision in between.
+		if _, err := invs.Create(ctx, inventory("first", time.Second), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		scope, err := scopes.Create(ctx, &v1alpha1.Scope{ObjectMeta: metav1.ObjectMeta{Name: "floor"}, Spec: floor(time.Hour)}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = invs.Create(ctx, inventory("after-create", time.Minute), metav1.CreateOptions{})
+		expectInvalid(t, err, "spec.exportMinInterval", "1m0s is below the floor of 1h0m0s")
+
+		scope.Spec = floor(time.Second)
+		if scope, err = scopes.Update(ctx, scope, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := invs.Create(ctx, inventory("after-loosening", time.Minute), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("round %d, right after the floor was lowered: %v", round, err)
+		}
+
+		scope.Spec = floor(2 * time.Hour)
+		if _, err = scopes.Update(ctx, scope, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = invs.Create(ctx, inventory("after-tightening", time.Hour), metav1.CreateOptions{})
+		expectInvalid(t, err, "spec.exportMinInterval", "1h0m0s is below the floor of 2h0m0s")
+
+		if err := scopes.Delete(ctx, "floor", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := invs.Create(ctx, inventory("after-delete", time.Second), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("round %d, right after the Scope was deleted: %v", round, err)
+		}
+	}
 }

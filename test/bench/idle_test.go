@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -43,10 +44,13 @@ const (
 // an exponential backoff min(backoffMax, backoffMin·2^(failures-1)) with
 // jitter drawn from [½, 1] of it (mean ¾).
 const (
-	defaultWatchdog = 30 * time.Second
-	backoffMin      = time.Second
-	backoffMax      = 5 * time.Minute
-	backoffJitter   = 0.75
+	defaultWatchdog  = 30 * time.Second
+	backoffMin       = time.Second
+	backoffMax       = 5 * time.Minute
+	backoffJitterMin = 0.5
+	// dueDraws is how many jitter draws the expected count of a failing
+	// entry's attempts averages.
+	dueDraws = 200
 )
 
 // idleOptions size the idle fleet; KOLLECT_BENCH_IDLE_INVENTORIES (default
@@ -281,7 +285,8 @@ type idleFigures struct {
 	// writes are the status writes seen (watch MODIFIED events) and due,
 	// by class.
 	writes, due map[string]float64
-	// requests are the inventories/status write requests served.
+	// requests are the exporters' Inventory status entry writes, no-op
+	// writes included.
 	requests float64
 	// inventories by class.
 	inventories      map[string]int
@@ -391,21 +396,28 @@ func dueWrites(e v1alpha1.SinkExportStatus, start, end time.Time) float64 {
 		if e.LastAttemptTime == nil {
 			return 0
 		}
+		// The expected number of attempts: each backoff step's jitter is
+		// drawn anew, and when steps straddle the window's end, the mean
+		// step is not the mean count. Averaged over seeded draws.
+		rng := rand.New(rand.NewPCG(uint64(e.LastAttemptTime.UnixNano()), uint64(e.ConsecutiveFailures)))
 		var n float64
-		at := e.LastAttemptTime.Time
-		for failures := max(int(e.ConsecutiveFailures), 1); ; failures++ {
-			step := min(backoffMax, backoffMin<<min(failures-1, 16))
-			at = at.Add(time.Duration(backoffJitter * float64(step)))
-			// An attempt due before the window that has not happened yet
-			// (the entry still shows the previous one) happens in it.
-			if at.Before(start) {
-				at = start
+		for range dueDraws {
+			at := e.LastAttemptTime.Time
+			for failures := max(int(e.ConsecutiveFailures), 1); ; failures++ {
+				step := min(backoffMax, backoffMin<<min(failures-1, 16))
+				at = at.Add(time.Duration((backoffJitterMin + (1-backoffJitterMin)*rng.Float64()) * float64(step)))
+				// An attempt due before the window that has not happened
+				// yet (the entry still shows the previous one) happens in it.
+				if at.Before(start) {
+					at = start
+				}
+				if !at.Before(end) {
+					break
+				}
+				n++
 			}
-			if !at.Before(end) {
-				return n
-			}
-			n++
 		}
+		return n / dueDraws
 	}
 	interval := defaultWatchdog
 	if e.EffectiveInterval != nil && e.EffectiveInterval.Duration > 0 {
@@ -433,8 +445,8 @@ func (f *idleFleet) print(w io.Writer, fig *idleFigures, conditions string) {
 		len(f.namespaces), idlePerNamespace, idleConfigMaps, nWorking, nFailing, fig.receiverRequests, defaultWatchdog)
 	fmt.Fprintf(w, "   created at %.0f/s (p99 %.0fms); every Inventory reported its first outcome %s after the first create; rested %s; measured over %s\n",
 		f.create.Throughput(), msf(f.create.P99), f.firstPass.Round(time.Second), f.opts.settle, fig.window.Round(time.Second))
-	fmt.Fprintf(w, "   due: working entries one write per effective interval; failing ones one per backoff step, min(%s, %s·2^(failures-1)) × %.2f (mean jitter) from their last attempt\n",
-		backoffMax, backoffMin, backoffJitter)
+	fmt.Fprintf(w, "   due: working entries one write per effective interval; failing ones one per backoff step, min(%s, %s·2^(failures-1)) × a jitter uniform in [%.2f, 1], from their last attempt (expected count over %d draws)\n",
+		backoffMax, backoffMin, backoffJitterMin, dueDraws)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "figure\tmeasured\tgoal\tmeasured/goal\t")
 	fmt.Fprintf(tw, "kollect-apiserver CPU, %% of one core\t%.2f %%\t≤ 5 %%\t%s\t\n", pct("kollect-apiserver"), ratio(pct("kollect-apiserver"), 5))
@@ -450,7 +462,7 @@ func (f *idleFleet) print(w io.Writer, fig *idleFigures, conditions string) {
 	if nFailing > 0 {
 		fmt.Fprintf(tw, "  per failing Inventory\t%.2f\t≤ due %.2f\t\t\n", perMin(fig.writes[classFailing])/float64(nFailing), perMin(fig.due[classFailing])/float64(nFailing))
 	}
-	fmt.Fprintf(tw, "inventories/status write requests/min (no-op writes too)\t%.0f\t≤ due %.0f\t%s\t\n", perMin(fig.requests), perMin(allDue), ratio(fig.requests, allDue))
+	fmt.Fprintf(tw, "status entry writes/min (kollect_export_status_entry_writes_total; no-op writes too)\t%.0f\t≤ due %.0f\t%s\t\n", perMin(fig.requests), perMin(allDue), ratio(fig.requests, allDue))
 	for _, p := range f.procs[1:] {
 		fmt.Fprintf(tw, "%s CPU, %% of one core (context)\t%.2f %%\t\t\t\n", p.name, pct(p.name))
 	}

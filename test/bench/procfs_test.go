@@ -112,20 +112,12 @@ func sumSamples(metrics, name string, match func(labels string) bool) float64 {
 	return sum
 }
 
-// inventoryStatusWrites counts the write requests kollect-apiserver
-// served on inventories/status (update, patch, apply): writes that changed
+// inventoryStatusWrites counts the exporters' writes of Inventory status
+// entries (in process, through the status strategy): writes that changed
 // nothing count too, and cost the server as much.
 func inventoryStatusWrites(metrics string) float64 {
-	return sumSamples(metrics, "apiserver_request_total", func(l string) bool {
-		if !strings.Contains(l, `resource="inventories"`) || !strings.Contains(l, `subresource="status"`) {
-			return false
-		}
-		for _, v := range []string{`verb="PUT"`, `verb="PATCH"`, `verb="APPLY"`, `verb="UPDATE"`} {
-			if strings.Contains(l, v) {
-				return true
-			}
-		}
-		return false
+	return sumSamples(metrics, "kollect_export_status_entry_writes_total", func(l string) bool {
+		return strings.Contains(l, `kind="Inventory"`)
 	})
 }
 

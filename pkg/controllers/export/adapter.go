@@ -175,8 +175,8 @@ func (a *eventAdapter) deliver(ctx context.Context, d *delivery) (bool, error) {
 }
 
 func (a *eventAdapter) publish(ctx context.Context, inv sink.Inventory, events []sink.Event) error {
-	for i := 0; i < len(events); i += applyBatch {
-		if err := a.s.Publish(ctx, inv, events[i:min(i+applyBatch, len(events))]); err != nil {
+	for i := 0; i < len(events); i += publishBatch {
+		if err := a.s.Publish(ctx, inv, events[i:min(i+publishBatch, len(events))]); err != nil {
 			return err
 		}
 	}

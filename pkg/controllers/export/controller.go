@@ -41,6 +41,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
@@ -56,6 +57,10 @@ import (
 	"kollect.dev/kollect/pkg/netguard"
 	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
+
+// loopbackQPS and loopbackBurst limit the controller's requests to its own
+// server, and its in-process status entry writes.
+const loopbackQPS, loopbackBurst = 200, 400
 
 // Finalizer keeps an Inventory or ClusterInventory until what it exported
 // to sinks with deletionPolicy Delete is removed.
@@ -109,6 +114,15 @@ type Config struct {
 	// inventories and sinks whose requester was recorded longer ago
 	// (RequesterExpired).
 	RequesterMaxAge time.Duration
+	// SinkExports stores the exporters' status entries, in process.
+	SinkExports SinkExportWriter
+}
+
+// SinkExportWriter stores one exporter's entry in an inventory's
+// status.sinkExports, replacing the entry of the same sink family and name.
+// uid, when set, must be the inventory's.
+type SinkExportWriter interface {
+	WriteSinkExport(ctx context.Context, cluster bool, namespace, name, uid string, entry *v1alpha1.SinkExportStatus) error
 }
 
 // invKey names an Inventory (Cluster false) or a ClusterInventory.
@@ -146,6 +160,8 @@ type Controller struct {
 
 	kube    kubernetes.Interface
 	kollect versioned.Interface
+	// entryLimiter paces the in-process status entry writes.
+	entryLimiter flowcontrol.RateLimiter
 
 	factory kollectinformers.SharedInformerFactory
 	// itemFactory holds the item informers, started with the first
@@ -187,6 +203,9 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.ClusterName == "" {
 		return nil, errors.New("the exporter needs the cluster name")
 	}
+	if cfg.SinkExports == nil {
+		return nil, errors.New("the exporter needs the status entry writer")
+	}
 	if cfg.ClientMaxAge <= 0 {
 		cfg.ClientMaxAge = DefaultClientMaxAge
 	}
@@ -206,19 +225,20 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	loopback := rest.CopyConfig(cfg.Loopback)
-	loopback.QPS, loopback.Burst = 200, 400
+	loopback.QPS, loopback.Burst = loopbackQPS, loopbackBurst
 	kc, err := versioned.NewForConfig(loopback)
 	if err != nil {
 		return nil, err
 	}
 	metrics.RegisterExport()
 	return &Controller{
-		cfg:         cfg,
-		watchdog:    watchdog,
-		kube:        kube,
-		kollect:     kc,
-		state:       map[invKey]*inventoryState{},
-		byNamespace: map[string]map[invKey]*inventoryState{},
+		cfg:          cfg,
+		watchdog:     watchdog,
+		kube:         kube,
+		kollect:      kc,
+		entryLimiter: flowcontrol.NewTokenBucketRateLimiter(loopbackQPS, loopbackBurst),
+		state:        map[invKey]*inventoryState{},
+		byNamespace:  map[string]map[invKey]*inventoryState{},
 	}, nil
 }
 
@@ -938,25 +958,19 @@ func (c *Controller) sinkInventory(key invKey, meta *metav1.ObjectMeta) sink.Inv
 	return sink.Inventory{Cluster: c.cfg.ClusterName, Kind: key.kind(), Namespace: key.Namespace, Name: key.Name, UID: string(meta.UID)}
 }
 
-// statusEntry starts an apply configuration of one exporter's entry.
-func statusEntry(k exporterKey) *applyv1alpha1.SinkExportStatusApplyConfiguration {
-	return applyv1alpha1.SinkExportStatus().WithFamily(k.family).WithName(k.name).WithNamespace(k.namespace)
-}
-
-// entryManager is the field manager of one exporter's status entry.
-func entryManager(k exporterKey) string {
-	return "kollect-export-" + strings.ToLower(string(k.family)) + "-" + k.namespace + "-" + k.name
-}
-
-func (c *Controller) applyEntry(ctx context.Context, k exporterKey, entry *applyv1alpha1.SinkExportStatusApplyConfiguration) error {
-	opts := metav1.ApplyOptions{FieldManager: truncate(entryManager(k), 128), Force: true}
-	api := c.kollect.KollectV1alpha1()
-	status := applyv1alpha1.InventoryStatus().WithSinkExports(entry)
-	if k.inv.Cluster {
-		_, err := api.ClusterInventories().ApplyStatus(ctx, applyv1alpha1.ClusterInventory(k.inv.Name).WithStatus(status), opts)
+// writeEntry stores an exporter's status entry.
+func (c *Controller) writeEntry(ctx context.Context, k exporterKey, uid string, entry *v1alpha1.SinkExportStatus) error {
+	// In process, these writes pass no client rate limit or priority and
+	// fairness: this limit, the loopback client's, stands in for them.
+	if err := c.entryLimiter.Wait(ctx); err != nil {
 		return err
 	}
-	_, err := api.Inventories(k.inv.Namespace).ApplyStatus(ctx, applyv1alpha1.Inventory(k.inv.Name, k.inv.Namespace).WithStatus(status), opts)
+	err := c.cfg.SinkExports.WriteSinkExport(ctx, k.inv.Cluster, k.inv.Namespace, k.inv.Name, uid, entry)
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	metrics.StatusEntryWrites.WithLabelValues(k.inv.kind(), result).Inc()
 	return err
 }
 

@@ -8,13 +8,13 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
 	"kollect.dev/kollect/pkg/controllers/metrics"
-	applyv1alpha1 "kollect.dev/kollect/pkg/generated/applyconfiguration/kollect/v1alpha1"
 )
 
 const (
@@ -27,8 +27,12 @@ const (
 	// breakerThreshold consecutive failures open a sink's breaker: it is
 	// then tried only once per backoff period (half-open), whatever changes.
 	breakerThreshold = 3
-	// applyBatch is the most changes one database transaction carries.
-	applyBatch = 1000
+	// applyBatch is the most changes one database transaction carries: a
+	// transaction's own cost (fence, probe, commit) is then a small part of
+	// a first export, and a failed one redoes at most this much.
+	applyBatch = 5000
+	// publishBatch is the most events one Publish call carries.
+	publishBatch = 1000
 	// DefaultClientMaxAge is how long a sink client built from a Secret is
 	// used before the Secret is read again (rotation).
 	DefaultClientMaxAge = 5 * time.Minute
@@ -52,7 +56,7 @@ func (k exporterKey) String() string {
 type host interface {
 	resolve(ctx context.Context, k exporterKey) (*resolved, error)
 	connect(ctx context.Context, obj *sinkObject) (*sinkClient, error)
-	applyEntry(ctx context.Context, k exporterKey, entry *applyv1alpha1.SinkExportStatusApplyConfiguration) error
+	writeEntry(ctx context.Context, k exporterKey, uid string, entry *v1alpha1.SinkExportStatus) error
 	warn(k invKey, reason, note string)
 	settings() settings
 }
@@ -398,39 +402,34 @@ func (e *exporter) report(ctx context.Context, cfg *resolved, u entryUpdate) {
 		return
 	}
 	now := metav1.Now()
-	entry := statusEntry(e.key)
-	entry.WithObservedGeneration(cfg.generation).
-		WithOutcome(u.outcome).
-		WithLastAttemptTime(now).
-		WithConsecutiveFailures(int32(min(e.failures, 1<<30)))
-	if e.cursor != "" {
+	entry := &v1alpha1.SinkExportStatus{Family: e.key.family, Namespace: e.key.namespace, Name: e.key.name,
+		ObservedGeneration: cfg.generation, Outcome: u.outcome, LastAttemptTime: &now,
 		// Only what the sink acknowledged.
-		entry.WithCursor(e.cursor)
+		Cursor:              e.cursor,
+		ConsecutiveFailures: int32(min(e.failures, 1<<30)),
+		Reason:              u.reason, Message: strings.ToValidUTF8(truncate(u.message, 1024), ""),
+		LastChecksum: u.checksum,
 	}
 	if u.outcome != v1alpha1.OutcomeFailed {
-		entry.WithItemCount(int64(u.count))
-	}
-	if u.reason != "" {
-		entry.WithReason(u.reason)
-	}
-	if u.message != "" {
-		entry.WithMessage(strings.ToValidUTF8(truncate(u.message, 1024), ""))
-	}
-	if u.checksum != "" {
-		entry.WithLastChecksum(u.checksum)
+		entry.ItemCount = int64(u.count)
 	}
 	if !e.lastExport.IsZero() {
-		entry.WithLastExportTime(metav1.NewTime(e.lastExport))
+		entry.LastExportTime = &metav1.Time{Time: e.lastExport}
 	}
 	if cfg.sinkFound {
-		entry.WithEffectiveInterval(metav1.Duration{Duration: cfg.interval})
+		entry.EffectiveInterval = &metav1.Duration{Duration: cfg.interval}
 	}
 	if !u.due.IsZero() {
-		entry.WithNextDueTime(metav1.NewTime(u.due))
+		entry.NextDueTime = &metav1.Time{Time: u.due}
 	}
-	if err := e.h.applyEntry(ctx, e.key, entry); err != nil {
-		if ctx.Err() == nil {
+	if err := e.h.writeEntry(ctx, e.key, cfg.inventory.UID, entry); err != nil {
+		switch {
+		case ctx.Err() != nil:
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+			// The inventory went, or was replaced: the controller stops us.
 			klog.FromContext(ctx).V(2).Info("Writing the status entry failed", "err", err)
+		default:
+			klog.FromContext(ctx).Error(err, "Writing the status entry failed")
 		}
 		return
 	}

@@ -23,7 +23,6 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
-	applyv1alpha1 "kollect.dev/kollect/pkg/generated/applyconfiguration/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/netguard"
 	"kollect.dev/kollect/test/eventfold"
 )
@@ -314,18 +313,8 @@ func (h *reviewHost) connect(ctx context.Context, obj *sinkObject) (*sinkClient,
 	return out, err
 }
 
-func (h *reviewHost) applyEntry(_ context.Context, _ exporterKey, e *applyv1alpha1.SinkExportStatusApplyConfiguration) error {
-	entry := &v1alpha1.SinkExportStatus{}
-	if e.Outcome != nil {
-		entry.Outcome = *e.Outcome
-	}
-	if e.ItemCount != nil {
-		entry.ItemCount = *e.ItemCount
-	}
-	if e.LastChecksum != nil {
-		entry.LastChecksum = *e.LastChecksum
-	}
-	h.entries = append(h.entries, entry)
+func (h *reviewHost) writeEntry(_ context.Context, _ exporterKey, _ string, e *v1alpha1.SinkExportStatus) error {
+	h.entries = append(h.entries, e)
 	return nil
 }
 

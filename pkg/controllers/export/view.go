@@ -225,10 +225,13 @@ func (s *subscription) take(full bool) *batch {
 	for i, key := range keys {
 		current[i] = s.v.items[key]
 	}
+	// The map's keys are the items' keys: sorting by them spares building
+	// a key string per comparison.
+	var live []keyedItem
 	if full {
-		b.items = make([]*sink.Item, 0, len(s.v.items))
-		for _, it := range s.v.items {
-			b.items = append(b.items, it)
+		live = make([]keyedItem, 0, len(s.v.items))
+		for key, it := range s.v.items {
+			live = append(live, keyedItem{key, it})
 		}
 	}
 	s.v.mu.Unlock()
@@ -243,9 +246,18 @@ func (s *subscription) take(full bool) *batch {
 		b.changes = append(b.changes, owedChanges(b.owed[keys[i]], current[i])...)
 	}
 	if full {
-		slices.SortFunc(b.items, func(a, c *sink.Item) int { return strings.Compare(a.Key(), c.Key()) })
+		slices.SortFunc(live, func(a, c keyedItem) int { return strings.Compare(a.key, c.key) })
+		b.items = make([]*sink.Item, len(live))
+		for i, k := range live {
+			b.items[i] = k.it
+		}
 	}
 	return b
+}
+
+type keyedItem struct {
+	key string
+	it  *sink.Item
 }
 
 // owedChanges is what turns a sink holding o.before into one holding cur.

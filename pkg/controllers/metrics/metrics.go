@@ -168,6 +168,15 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"type"})
 
+	// StatusEntryWrites counts the exporters' writes of their status
+	// entries (in process, so no request metric sees them).
+	StatusEntryWrites = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      namespace,
+		Name:           "export_status_entry_writes_total",
+		Help:           "Writes of exporters' status entries (status.sinkExports of Inventories and ClusterInventories), by kind and result (ok, error); an unchanged entry counts too.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"kind", "result"})
+
 	// BreakerOpen is 1 while a sink's circuit breaker is open.
 	BreakerOpen = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace:      namespace,
@@ -184,6 +193,6 @@ var registerExportOnce sync.Once
 func RegisterExport() {
 	Register()
 	registerExportOnce.Do(func() {
-		legacyregistry.MustRegister(SinkExports, ExportDuration, ExportDebounced, ExportBytes, BreakerOpen)
+		legacyregistry.MustRegister(SinkExports, ExportDuration, ExportDebounced, ExportBytes, StatusEntryWrites, BreakerOpen)
 	})
 }

@@ -414,8 +414,7 @@ func (c *Checker) count(ctx context.Context, what Counted, namespace, lockKey st
 func (c *Checker) namespaceQuotas(ctx context.Context, namespace string) (QuotaSet, error) {
 	var scopes []kollect.Scope
 	if c.lookups.Scopes != nil {
-		// From the watch cache: a Scope applies once the cache has it.
-		out, err := c.lookups.Scopes.List(genericapirequest.WithNamespace(ctx, namespace), &metainternalversion.ListOptions{ResourceVersion: "0"})
+		out, err := c.lookups.Scopes.List(genericapirequest.WithNamespace(ctx, namespace), &metainternalversion.ListOptions{})
 		if err != nil {
 			return QuotaSet{}, err
 		}
@@ -432,7 +431,7 @@ func (c *Checker) namespaceQuotas(ctx context.Context, namespace string) (QuotaS
 func (c *Checker) clusterQuotas(ctx context.Context) (QuotaSet, error) {
 	var scopes []kollect.ClusterScope
 	if c.lookups.ClusterScopes != nil {
-		out, err := c.lookups.ClusterScopes.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceNone), &metainternalversion.ListOptions{ResourceVersion: "0"})
+		out, err := c.lookups.ClusterScopes.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceNone), &metainternalversion.ListOptions{})
 		if err != nil {
 			return QuotaSet{}, err
 		}

@@ -135,11 +135,12 @@ type Sink struct {
 	ddlMu   sync.Mutex
 	ddlDone bool
 
-	// copies and batches count the upsert paths Apply took; tests read them.
-	copies, batches atomic.Int64
+	// copies and batches count the upsert paths Apply took, and direct the
+	// COPYs that went straight into the table; tests read them.
+	copies, direct, batches atomic.Int64
 
 	// SQL built once from the names.
-	upsertSQL, fromStagingSQL, deleteItemsSQL, cursorSQL string
+	upsertSQL, fromStagingSQL, deleteItemsSQL, anyHeldSQL, cursorSQL string
 }
 
 var _ sink.DatabaseSink = (*Sink)(nil)
@@ -393,8 +394,18 @@ func (s *Sink) setNames(pg *v1alpha1.PostgresSinkConfig) error {
 		strings.Join(params, ", ") + ", now())" + onConflict
 	s.fromStagingSQL = "INSERT INTO " + s.table + " AS t (" + cols + ", exported_at) SELECT " + cols +
 		", now() FROM " + pgx.Identifier{"pg_temp", stagingTable}.Sanitize() + onConflict
-	s.deleteItemsSQL = "DELETE FROM " + s.table +
-		" WHERE cluster = $1 AND inventory_namespace = $2 AND inventory_name = $3 AND item_uid = ANY($4)"
+	// Joined with the UIDs, not "item_uid = ANY($4)" (see anyHeldSQL).
+	s.deleteItemsSQL = "DELETE FROM " + s.table + " AS t USING unnest($4::text[]) AS u(uid)" +
+		" WHERE t.cluster = $1 AND t.inventory_namespace = $2 AND t.inventory_name = $3 AND t.item_uid = u.uid"
+	// COPY into a table row-level security applies to is refused: such a
+	// table takes the staging path too. now() is the transaction's, as
+	// the statements' exported_at.
+	// One primary-key probe per UID (the LATERAL with LIMIT is not
+	// flattened): "item_uid = ANY($4)" in a generic plan compares every
+	// row of the inventory with every UID, quadratic in a first export.
+	s.anyHeldSQL = "SELECT EXISTS (SELECT 1 FROM unnest($4::text[]) AS u(uid) CROSS JOIN LATERAL (SELECT 1 FROM " + s.table +
+		" WHERE cluster = $1 AND inventory_namespace = $2 AND inventory_name = $3 AND item_uid = u.uid LIMIT 1) AS hit)" +
+		" OR row_security_active($5::text::regclass), now()"
 	// The conflicting cursor row is locked whether or not the WHERE holds,
 	// so concurrent Applies of one inventory serialize here; no row comes
 	// back when the stored epoch is newer.
@@ -494,10 +505,29 @@ func (s *Sink) Apply(ctx context.Context, inv sink.Inventory, changes []sink.Cha
 	return nil
 }
 
-// copyUpserts streams the upserts into a staging table with COPY and
-// merges them in one statement: COPY cannot resolve conflicts itself.
+// copyUpserts writes the upserts with COPY. When the table holds none of
+// them (a first export, new items), they go straight into it: nothing can
+// insert them meanwhile, since every writer of the inventory's rows holds
+// its cursor row's lock first, and this transaction does. Otherwise, or
+// under row-level security, COPY fills a staging table merged in one
+// statement, since COPY cannot resolve conflicts itself.
 func (s *Sink) copyUpserts(ctx context.Context, tx pgx.Tx, inv sink.Inventory, upserts []*sink.Item) error {
 	s.copies.Add(1)
+	uids := make([]string, len(upserts))
+	for i, it := range upserts {
+		uids[i] = stripNUL(it.UID) // as itemRow stores it
+	}
+	var held bool
+	var now time.Time
+	if err := tx.QueryRow(ctx, s.anyHeldSQL, inv.Cluster, inv.Namespace, inv.Name, uids, s.table).Scan(&held, &now); err != nil {
+		return err
+	}
+	if !held {
+		s.direct.Add(1)
+		_, err := tx.CopyFrom(ctx, pgx.Identifier{s.rawSchema, s.rawTable}, append(slices.Clip(itemColumns), "exported_at"),
+			pgx.CopyFromSlice(len(upserts), func(i int) ([]any, error) { return append(itemRow(inv, upserts[i]), now), nil }))
+		return err
+	}
 	if _, err := tx.Exec(ctx, "CREATE TEMPORARY TABLE "+pgx.Identifier{stagingTable}.Sanitize()+
 		" (LIKE "+s.table+" INCLUDING DEFAULTS) ON COMMIT DROP"); err != nil {
 		return err
@@ -522,10 +552,10 @@ func dedupe(changes []sink.Change) (deletes []string, upserts []*sink.Item, err 
 		if c.Op != sink.Upsert && c.Op != sink.Delete {
 			return nil, nil, fmt.Errorf("change %d has unknown op %q", i, c.Op)
 		}
-		last[c.Item.UID] = i
+		last[stripNUL(c.Item.UID)] = i // the row's key, as itemRow stores it
 	}
 	for i, c := range changes {
-		if last[c.Item.UID] != i {
+		if last[stripNUL(c.Item.UID)] != i {
 			continue
 		}
 		if c.Op == sink.Delete {

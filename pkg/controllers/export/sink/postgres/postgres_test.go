@@ -389,7 +389,8 @@ func TestLargeApplyUsesCopy(t *testing.T) {
 	schema := testSchema(t, conn)
 	const table = "items"
 	s := newSink(t, schema, table)
-	mustApply(t, s, invB, []sink.Change{upsert(item("other", "h"))}, pos("cb"))
+	// Another inventory's row with a UID of A's: not a conflict for A.
+	mustApply(t, s, invB, []sink.Change{upsert(item("other", "h")), upsert(item("uid-00001", "hB"))}, pos("cb"))
 	otherB := rows(t, conn, schema, table, &invB)
 
 	const n = 10_000
@@ -404,11 +405,14 @@ func TestLargeApplyUsesCopy(t *testing.T) {
 		return changes, want
 	}
 
-	copies, batches := s.copies.Load(), s.batches.Load()
+	copies, direct, batches := s.copies.Load(), s.direct.Load(), s.batches.Load()
 	changes, want := batch("1")
 	mustApply(t, s, invA, changes, pos("c1"))
 	if got := s.copies.Load() - copies; got != 1 {
 		t.Errorf("a %d-item Apply used COPY %d times, want 1", n, got)
+	}
+	if got := s.direct.Load() - direct; got != 1 {
+		t.Errorf("a first %d-item Apply copied straight into the table %d times, want 1", n, got)
 	}
 	if got := s.batches.Load() - batches; got != 0 {
 		t.Errorf("a %d-item Apply sent %d INSERT batches, want 0", n, got)
@@ -428,14 +432,36 @@ func TestLargeApplyUsesCopy(t *testing.T) {
 	if got := s.copies.Load() - copies; got != 2 {
 		t.Errorf("two large Applies used COPY %d times, want 2", got)
 	}
+	if got := s.direct.Load() - direct; got != 1 {
+		t.Errorf("an Apply of held rows copied straight into the table")
+	}
 	if got := countRows(t, conn, schema, table, invA); got != n-3 {
 		t.Errorf("%d rows, want %d", got, n-3)
 	}
 	wantState(t, s, invA, want, pos("c2"))
 
+	// New rows and one held row: merged, and nothing lost or doubled.
+	var mixed []sink.Change
+	for i := range copyThreshold + 1 {
+		uid := fmt.Sprintf("new-%03d", i)
+		mixed = append(mixed, upsert(item(uid, "h3"+uid)))
+		want[uid] = "h3" + uid
+	}
+	mixed = append(mixed, upsert(item("uid-00002", "h3")))
+	want["uid-00002"] = "h3"
+	mustApply(t, s, invA, mixed, pos("c2b"))
+	if got := s.direct.Load() - direct; got != 1 {
+		t.Errorf("an Apply holding one held row copied straight into the table")
+	}
+	wantState(t, s, invA, want, pos("c2b"))
+	n2 := len(want)
+
 	// Small batches do not use COPY.
 	mustApply(t, s, invA, []sink.Change{upsert(item("small", "h"))}, pos("c3"))
-	if got := s.copies.Load() - copies; got != 2 {
+	if got := countRows(t, conn, schema, table, invA); got != n2+1 {
+		t.Errorf("%d rows, want %d", got, n2+1)
+	}
+	if got := s.copies.Load() - copies; got != 3 {
 		t.Errorf("a one-item Apply used COPY")
 	}
 	if got := s.batches.Load() - batches; got != 1 {

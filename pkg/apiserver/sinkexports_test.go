@@ -1,0 +1,127 @@
+package apiserver_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/apiserver/testserver"
+)
+
+// TestSinkExportWrites: the exporters' in-process entry writes. Four
+// exporters of one inventory writing at once lose nothing; the server
+// derives the status from the entries in the same write and keeps the
+// spec; a write for a deleted inventory, or for a new one of the same name
+// (another UID), changes nothing; an invalid entry is refused.
+func TestSinkExportWrites(t *testing.T) {
+	srv := testserver.Start(t, testserver.Options{})
+	ctx := tenancyContext(t)
+	invs := srv.Client.KollectV1alpha1().Inventories("entries")
+	names := []string{"a", "b", "c", "d"}
+	var refs []v1alpha1.SinkReference
+	for _, n := range names {
+		refs = append(refs, v1alpha1.SinkReference{Name: n})
+	}
+	inv, err := invs.Create(ctx, &v1alpha1.Inventory{ObjectMeta: metav1.ObjectMeta{Name: "inv"},
+		Spec: v1alpha1.InventorySpec{SnapshotSinkRefs: refs}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid := string(inv.UID)
+	write := func(uid, sinkName string, i int) error {
+		return srv.API.SinkExports.WriteSinkExport(ctx, false, "entries", "inv", uid, &v1alpha1.SinkExportStatus{
+			Family: v1alpha1.SinkFamilySnapshot, Name: sinkName, Namespace: "entries", ObservedGeneration: inv.Generation,
+			Outcome: v1alpha1.OutcomeExported, ItemCount: int64(i), Cursor: fmt.Sprint(i)})
+	}
+	const writes = 25
+	var wg sync.WaitGroup
+	for _, n := range names {
+		wg.Go(func() {
+			for i := range writes {
+				if err := write(uid, n, i+1); err != nil {
+					t.Errorf("entry %s, write %d: %v", n, i+1, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	got, err := invs.Get(ctx, "inv", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Status.SinkExports) != len(names) {
+		t.Fatalf("%d entries, want %d: %+v", len(got.Status.SinkExports), len(names), got.Status.SinkExports)
+	}
+	for _, e := range got.Status.SinkExports {
+		if e.ItemCount != writes || e.Cursor != fmt.Sprint(writes) {
+			t.Errorf("entry %s: itemCount %d, cursor %q; want the last write's, %d", e.Name, e.ItemCount, e.Cursor, writes)
+		}
+	}
+	if got.Status.SinksSynced != "4/4" || !isTrue(got.Status.Conditions, "Ready") {
+		t.Errorf("derived status: sinksSynced %q, conditions %+v; want 4/4 and Ready", got.Status.SinksSynced, got.Status.Conditions)
+	}
+	if len(got.Spec.SnapshotSinkRefs) != len(names) || got.Generation != inv.Generation {
+		t.Errorf("the spec changed: %+v, generation %d", got.Spec, got.Generation)
+	}
+
+	// An entry the validation refuses is not stored.
+	bad := srv.API.SinkExports.WriteSinkExport(ctx, false, "entries", "inv", uid, &v1alpha1.SinkExportStatus{
+		Family: v1alpha1.SinkFamilySnapshot, Name: "a", Outcome: v1alpha1.OutcomeFailed, Reason: "not a reason"})
+	if !apierrors.IsInvalid(bad) {
+		t.Errorf("an invalid entry: %v, want 422", bad)
+	}
+
+	// Deleted, then created again under the same name.
+	if err := invs.Delete(ctx, "inv", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(uid, "a", 99); !apierrors.IsNotFound(err) {
+		t.Errorf("a write for a deleted inventory: %v, want not found", err)
+	}
+	again, err := invs.Create(ctx, &v1alpha1.Inventory{ObjectMeta: metav1.ObjectMeta{Name: "inv"},
+		Spec: v1alpha1.InventorySpec{SnapshotSinkRefs: refs}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := write(uid, "a", 99); !apierrors.IsConflict(err) {
+		t.Errorf("a write for the deleted inventory into its successor: %v, want a conflict", err)
+	}
+	if got, err := invs.Get(ctx, "inv", metav1.GetOptions{}); err != nil || len(got.Status.SinkExports) != 0 {
+		t.Errorf("the successor's entries: %+v, %v; want none", got.Status.SinkExports, err)
+	}
+	if err := write(string(again.UID), "a", 1); err != nil {
+		t.Errorf("a write for the successor: %v", err)
+	}
+}
+
+func isTrue(conds []metav1.Condition, typ string) bool {
+	for _, c := range conds {
+		if c.Type == typ {
+			return c.Status == metav1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// TestScopeFromAnotherReplica: two servers on one etcd; a Scope created
+// through one applies to the very next request through the other.
+func TestScopeFromAnotherReplica(t *testing.T) {
+	a := testserver.Start(t, testserver.Options{})
+	b := testserver.Start(t, testserver.Options{EtcdEndpoint: a.EtcdEndpoint})
+	ctx := tenancyContext(t)
+	for round := range 30 {
+		ns := fmt.Sprintf("replicas-%02d", round)
+		if _, err := b.Client.KollectV1alpha1().Scopes(ns).Create(ctx, &v1alpha1.Scope{ObjectMeta: metav1.ObjectMeta{Name: "floor"},
+			Spec: v1alpha1.ScopeSpec{MinExportInterval: &metav1.Duration{Duration: time.Hour}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := a.Client.KollectV1alpha1().Inventories(ns).Create(ctx, &v1alpha1.Inventory{ObjectMeta: metav1.ObjectMeta{Name: "below"},
+			Spec: v1alpha1.InventorySpec{ExportMinInterval: &metav1.Duration{Duration: time.Second}}}, metav1.CreateOptions{})
+		expectInvalid(t, err, "spec.exportMinInterval", "1s is below the floor of 1h0m0s")
+	}
+}
