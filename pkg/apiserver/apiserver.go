@@ -179,22 +179,9 @@ func (s *Server) buildStorage(getter generic.RESTOptionsGetter, opts common.Opti
 		return nil, err
 	}
 	storage["clusterscopes"] = clusterScopes
-	// Admission reads the limits from etcd itself: a Scope written through
-	// any replica applies to the next request, at the cost of a small range
-	// read (common.Uncached).
-	scopeLookup, err := scope.NewREST(Scheme, common.Uncached{RESTOptionsGetter: getter}, opts)
-	if err != nil {
-		return nil, err
-	}
-	clusterScopeLookup, err := clusterscope.NewREST(Scheme, common.Uncached{RESTOptionsGetter: getter}, opts)
-	if err != nil {
-		return nil, err
-	}
-	s.GenericAPIServer.RegisterDestroyFunc(scopeLookup.Destroy)
-	s.GenericAPIServer.RegisterDestroyFunc(clusterScopeLookup.Destroy)
 	checker.SetLookups(tenancy.Lookups{
-		Scopes:        scopeLookup,
-		ClusterScopes: clusterScopeLookup,
+		Scopes:        scopes,
+		ClusterScopes: clusterScopes,
 		Profiles:      storage["profiles"].(rest.Getter),
 		Quota: tenancy.QuotaLookups{
 			Targets:            storage["targets"].(rest.Lister),

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -106,22 +105,4 @@ func isTrue(conds []metav1.Condition, typ string) bool {
 		}
 	}
 	return false
-}
-
-// TestScopeFromAnotherReplica: two servers on one etcd; a Scope created
-// through one applies to the very next request through the other.
-func TestScopeFromAnotherReplica(t *testing.T) {
-	a := testserver.Start(t, testserver.Options{})
-	b := testserver.Start(t, testserver.Options{EtcdEndpoint: a.EtcdEndpoint})
-	ctx := tenancyContext(t)
-	for round := range 30 {
-		ns := fmt.Sprintf("replicas-%02d", round)
-		if _, err := b.Client.KollectV1alpha1().Scopes(ns).Create(ctx, &v1alpha1.Scope{ObjectMeta: metav1.ObjectMeta{Name: "floor"},
-			Spec: v1alpha1.ScopeSpec{MinExportInterval: &metav1.Duration{Duration: time.Hour}}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		_, err := a.Client.KollectV1alpha1().Inventories(ns).Create(ctx, &v1alpha1.Inventory{ObjectMeta: metav1.ObjectMeta{Name: "below"},
-			Spec: v1alpha1.InventorySpec{ExportMinInterval: &metav1.Duration{Duration: time.Second}}}, metav1.CreateOptions{})
-		expectInvalid(t, err, "spec.exportMinInterval", "1s is below the floor of 1h0m0s")
-	}
 }

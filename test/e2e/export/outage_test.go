@@ -125,13 +125,13 @@ func TestPostgresOutage(t *testing.T) {
 
 // TestCrashDuringFirstExport is issue 5's acceptance point 5: kollect-
 // apiserver is killed with SIGKILL in the middle of the first export of
-// 10,000 items to Postgres; after a restart the table equals the source
+// 25,000 items to Postgres (five transactions of 5,000); after a restart the table equals the source
 // set exactly: the count, each row's hash, no duplicates. Then acceptance
 // point 6: rows deleted or edited by hand are restored by the next full sync.
 func TestCrashDuringFirstExport(t *testing.T) {
 	ctx := testContext(t, 8*time.Minute)
 	ns := "export-crash"
-	const n = 10000
+	const n = 25000
 	namespace(ctx, t, ns)
 	begin := time.Now()
 	var wg sync.WaitGroup
@@ -166,7 +166,7 @@ func TestCrashDuringFirstExport(t *testing.T) {
 			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
 	}, metav1.CreateOptions{})
 	must(t, err, "target")
-	eventually(ctx, t, "10,000 items", func(ctx context.Context) (bool, string) {
+	eventually(ctx, t, "25,000 items", func(ctx context.Context) (bool, string) {
 		list, err := api.InventoryItems(ns).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
 			return false, err.Error()
@@ -199,9 +199,9 @@ func TestCrashDuringFirstExport(t *testing.T) {
 		}
 		return c
 	}
-	// The first export commits 1,000 rows per transaction: poll tightly, so
+	// The first export commits 5,000 rows per transaction: poll tightly, so
 	// that the kill lands a few milliseconds after the first commit, long
-	// before the tenth (eventually's 200ms could see all ten).
+	// before the fifth (eventually's 200ms could see all five).
 	var atKill int
 	err = wait.PollUntilContextCancel(ctx, 2*time.Millisecond, true, func(context.Context) (bool, error) {
 		atKill = count()

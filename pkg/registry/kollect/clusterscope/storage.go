@@ -15,7 +15,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 		New:      func() runtime.Object { return &kollect.ClusterScope{} },
 		NewList:  func() runtime.Object { return &kollect.ClusterScopeList{} },
 		Strategy: kind.Strategy(common.NewBase(scheme, false, opts.Clock)), Table: table,
-		Admission: opts.Checker.ClusterScopes(),
+		Admission: opts.Checker.ClusterScopes(), Stored: opts.Checker.ScopeStored,
 	}
 	store, err := common.NewStore(kind, optsGetter)
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/generic"
@@ -40,6 +39,9 @@ type Kind struct {
 	// Admission, when set, checks creates and updates of the main resource
 	// against more than the object (tenancy.Checker).
 	Admission Admission
+	// Stored, when set, is given every object this replica creates,
+	// updates or deletes, as stored (tenancy.Checker.ScopeStored).
+	Stored func(obj runtime.Object)
 }
 
 // Admission checks a write against state outside the object: who is asking,
@@ -57,20 +59,6 @@ type Admission interface {
 	// the stored object (nil when nothing was created): checks that count
 	// objects (quotas) see every create before theirs.
 	LockCreate(namespace string) (unlock func(created runtime.Object))
-}
-
-// Uncached serves stores that read etcd itself rather than the watch
-// cache: a consistent list from the cache waits until the cache has caught
-// up with etcd's newest revision, which another resource's write moves and
-// only a progress notification (every 100 ms) brings to a cache that saw
-// no event since; a small range read costs about a millisecond.
-type Uncached struct{ generic.RESTOptionsGetter }
-
-// GetRESTOptions returns the wrapped options without the cacher.
-func (u Uncached) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
-	opts, err := u.RESTOptionsGetter.GetRESTOptions(resource, example)
-	opts.Decorator = generic.UndecoratedStorage
-	return opts, err
 }
 
 // NewStore builds the generic etcd-backed store of a kind.
@@ -101,6 +89,11 @@ func NewStore(k Kind, optsGetter generic.RESTOptionsGetter) (*genericregistry.St
 		DeleteStrategy:            k.Strategy,
 		ResetFieldsStrategy:       k.Strategy,
 		TableConvertor:            k.Table,
+	}
+	if k.Stored != nil {
+		store.AfterCreate = func(obj runtime.Object, _ *metav1.CreateOptions) { k.Stored(obj) }
+		store.AfterUpdate = func(obj runtime.Object, _ *metav1.UpdateOptions) { k.Stored(obj) }
+		store.AfterDelete = func(obj runtime.Object, _ *metav1.DeleteOptions) { k.Stored(obj) }
 	}
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: attrs}); err != nil {
 		return nil, fmt.Errorf("%s storage: %w", k.Resource, err)
@@ -241,11 +234,12 @@ func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.Updat
 }
 
 // WriteStatus changes a stored object's status in process, as the server's
-// own loopback user and through the same strategy and admission as a
-// request: mutate is given a copy of the stored object, and again after a
+// own loopback user, through the status strategy and the kind's own
+// checks: mutate is given a copy of the stored object, and again after a
 // concurrent write won. It skips what a request through the loopback
 // client costs (HTTP, JSON both ways, authentication, authorization and
-// the field manager) and leaves managedFields as they are.
+// the field manager) and what only requests pass: admission plugins
+// (webhooks, policies) and the audit log. managedFields stay as they are.
 func (r *StatusREST) WriteStatus(ctx context.Context, namespace, name string, mutate func(obj runtime.Object) error) error {
 	ctx = genericapirequest.WithNamespace(ctx, namespace)
 	ctx = genericapirequest.WithUser(ctx, &user.DefaultInfo{Name: user.APIServerUser, Groups: []string{user.SystemPrivilegedGroup}})

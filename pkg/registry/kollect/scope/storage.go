@@ -15,7 +15,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 		New:      func() runtime.Object { return &kollect.Scope{} },
 		NewList:  func() runtime.Object { return &kollect.ScopeList{} },
 		Strategy: kind.Strategy(common.NewBase(scheme, true, opts.Clock)), Table: table,
-		Admission: opts.Checker.Scopes(),
+		Admission: opts.Checker.Scopes(), Stored: opts.Checker.ScopeStored,
 	}
 	store, err := common.NewStore(kind, optsGetter)
 	if err != nil {

@@ -414,7 +414,7 @@ func (c *Checker) count(ctx context.Context, what Counted, namespace, lockKey st
 func (c *Checker) namespaceQuotas(ctx context.Context, namespace string) (QuotaSet, error) {
 	var scopes []kollect.Scope
 	if c.lookups.Scopes != nil {
-		out, err := c.lookups.Scopes.List(genericapirequest.WithNamespace(ctx, namespace), &metainternalversion.ListOptions{})
+		out, err := c.scopeList(ctx, c.lookups.Scopes, namespace, false)
 		if err != nil {
 			return QuotaSet{}, err
 		}
@@ -431,7 +431,7 @@ func (c *Checker) namespaceQuotas(ctx context.Context, namespace string) (QuotaS
 func (c *Checker) clusterQuotas(ctx context.Context) (QuotaSet, error) {
 	var scopes []kollect.ClusterScope
 	if c.lookups.ClusterScopes != nil {
-		out, err := c.lookups.ClusterScopes.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceNone), &metainternalversion.ListOptions{})
+		out, err := c.scopeList(ctx, c.lookups.ClusterScopes, metav1.NamespaceNone, true)
 		if err != nil {
 			return QuotaSet{}, err
 		}

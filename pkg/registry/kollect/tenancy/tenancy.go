@@ -39,8 +39,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -51,6 +53,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/warning"
 	"k8s.io/utils/keymutex"
 
@@ -101,6 +104,62 @@ type Checker struct {
 	// last object this replica created under that key: a count reads the
 	// watch cache once it holds that revision.
 	created sync.Map
+	// scopesStored and clusterScopesStored are the newest resourceVersions
+	// of a Scope and of a ClusterScope this replica wrote: limits are read
+	// from the watch cache once it holds that revision (scopeList).
+	scopesStored, clusterScopesStored atomic.Uint64
+}
+
+// ScopeStored records a Scope or ClusterScope this replica stored.
+func (c *Checker) ScopeStored(obj runtime.Object) {
+	if c == nil {
+		return
+	}
+	stored := &c.scopesStored
+	if _, ok := obj.(*kollect.ClusterScope); ok {
+		stored = &c.clusterScopesStored
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	// A dry run's object has no resourceVersion.
+	rv, err := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
+	if err != nil {
+		return
+	}
+	for {
+		old := stored.Load()
+		if rv <= old || stored.CompareAndSwap(old, rv) {
+			return
+		}
+	}
+}
+
+// scopeList lists Scopes (ClusterScopes when cluster is set) from the watch
+// cache once it holds every one this replica wrote, so that a Scope applies
+// to the next request this replica serves. Neither a consistent list, which
+// waits until the cache has caught up with etcd's newest revision (another
+// resource's write moves it; a progress notification every 100 ms brings it
+// along), nor a read of etcd, which waits for the writes ahead of it, sits
+// in every create. Through another replica a Scope applies once that
+// replica's cache has it, milliseconds later.
+func (c *Checker) scopeList(ctx context.Context, l rest.Lister, namespace string, cluster bool) (runtime.Object, error) {
+	rv := c.scopesStored.Load()
+	if cluster {
+		rv = c.clusterScopesStored.Load()
+	}
+	opts := &metainternalversion.ListOptions{ResourceVersion: "0"}
+	if rv > 0 {
+		opts.ResourceVersion, opts.ResourceVersionMatch = strconv.FormatUint(rv, 10), metav1.ResourceVersionMatchNotOlderThan
+	}
+	ctx = genericapirequest.WithNamespace(ctx, namespace)
+	out, err := l.List(ctx, opts)
+	if storage.IsTooLargeResourceVersion(err) {
+		// The cache did not catch up in time: ask etcd.
+		out, err = l.List(ctx, &metainternalversion.ListOptions{})
+	}
+	return out, err
 }
 
 // New returns a Checker. Call SetLookups once the storage it reads exists,
@@ -199,7 +258,7 @@ func (c *Checker) scopes(ctx context.Context, namespace string) (limits, error) 
 	if c.lookups.Scopes == nil {
 		return nil, nil
 	}
-	out, err := c.lookups.Scopes.List(genericapirequest.WithNamespace(ctx, namespace), &metainternalversion.ListOptions{})
+	out, err := c.scopeList(ctx, c.lookups.Scopes, namespace, false)
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +274,7 @@ func (c *Checker) clusterScopes(ctx context.Context) (limits, error) {
 	if c.lookups.ClusterScopes == nil {
 		return nil, nil
 	}
-	out, err := c.lookups.ClusterScopes.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceNone), &metainternalversion.ListOptions{})
+	out, err := c.scopeList(ctx, c.lookups.ClusterScopes, metav1.NamespaceNone, true)
 	if err != nil {
 		return nil, err
 	}

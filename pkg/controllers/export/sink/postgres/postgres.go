@@ -130,10 +130,12 @@ type Sink struct {
 	// secrets are scrubbed from every returned error, longest first.
 	secrets []string
 
-	// ddlMu guards ddlDone: the tables are created once per Sink, and a
-	// failed attempt is retried on the next call.
-	ddlMu   sync.Mutex
-	ddlDone bool
+	// ddlMu guards ddlDone and copyDirect: the tables are created once per
+	// Sink, and a failed attempt is retried on the next call. copyDirect
+	// says new rows may be COPYed straight into the table (createTables).
+	ddlMu      sync.Mutex
+	ddlDone    bool
+	copyDirect bool
 
 	// copies and batches count the upsert paths Apply took, and direct the
 	// COPYs that went straight into the table; tests read them.
@@ -403,9 +405,12 @@ func (s *Sink) setNames(pg *v1alpha1.PostgresSinkConfig) error {
 	// One primary-key probe per UID (the LATERAL with LIMIT is not
 	// flattened): "item_uid = ANY($4)" in a generic plan compares every
 	// row of the inventory with every UID, quadratic in a first export.
+	// item_uid::text is the column itself for text (the index serves it)
+	// and still works on a DBA's uuid column.
 	s.anyHeldSQL = "SELECT EXISTS (SELECT 1 FROM unnest($4::text[]) AS u(uid) CROSS JOIN LATERAL (SELECT 1 FROM " + s.table +
-		" WHERE cluster = $1 AND inventory_namespace = $2 AND inventory_name = $3 AND item_uid = u.uid LIMIT 1) AS hit)" +
-		" OR row_security_active($5::text::regclass), now()"
+		" WHERE cluster = $1 AND inventory_namespace = $2 AND inventory_name = $3 AND item_uid::text = u.uid LIMIT 1) AS hit)"
+	s.deleteItemsSQL = "DELETE FROM " + s.table + " AS t USING unnest($4::text[]) AS u(uid)" +
+		" WHERE t.cluster = $1 AND t.inventory_namespace = $2 AND t.inventory_name = $3 AND t.item_uid::text = u.uid"
 	// The conflicting cursor row is locked whether or not the WHERE holds,
 	// so concurrent Applies of one inventory serialize here; no row comes
 	// back when the stored epoch is newer.
@@ -508,37 +513,60 @@ func (s *Sink) Apply(ctx context.Context, inv sink.Inventory, changes []sink.Cha
 // copyUpserts writes the upserts with COPY. When the table holds none of
 // them (a first export, new items), they go straight into it: nothing can
 // insert them meanwhile, since every writer of the inventory's rows holds
-// its cursor row's lock first, and this transaction does. Otherwise, or
-// under row-level security, COPY fills a staging table merged in one
-// statement, since COPY cannot resolve conflicts itself.
+// its cursor row's lock first, and this transaction does. Otherwise, or on
+// a table that does not allow it (copyDirect), COPY fills a staging table
+// merged in one statement, since COPY cannot resolve conflicts itself.
 func (s *Sink) copyUpserts(ctx context.Context, tx pgx.Tx, inv sink.Inventory, upserts []*sink.Item) error {
 	s.copies.Add(1)
-	uids := make([]string, len(upserts))
-	for i, it := range upserts {
-		uids[i] = stripNUL(it.UID) // as itemRow stores it
+	rows := func(i int) ([]any, error) { return itemRow(inv, upserts[i]), nil }
+	if s.directAllowed() {
+		uids := make([]string, len(upserts))
+		for i, it := range upserts {
+			uids[i] = stripNUL(it.UID) // as itemRow stores it
+		}
+		var held bool
+		if err := tx.QueryRow(ctx, s.anyHeldSQL, inv.Cluster, inv.Namespace, inv.Name, uids).Scan(&held); err != nil {
+			return err
+		}
+		if !held {
+			s.direct.Add(1)
+			// exported_at takes its default, now().
+			_, err := tx.CopyFrom(ctx, pgx.Identifier{s.rawSchema, s.rawTable}, itemColumns, pgx.CopyFromSlice(len(upserts), rows))
+			if isRefusedCopy(err) {
+				// Row-level security or privileges changed since the
+				// tables were checked: merge from now on.
+				s.ddlMu.Lock()
+				s.copyDirect = false
+				s.ddlMu.Unlock()
+			}
+			return err
+		}
 	}
-	var held bool
-	var now time.Time
-	if err := tx.QueryRow(ctx, s.anyHeldSQL, inv.Cluster, inv.Namespace, inv.Name, uids, s.table).Scan(&held, &now); err != nil {
-		return err
-	}
-	if !held {
-		s.direct.Add(1)
-		_, err := tx.CopyFrom(ctx, pgx.Identifier{s.rawSchema, s.rawTable}, append(slices.Clip(itemColumns), "exported_at"),
-			pgx.CopyFromSlice(len(upserts), func(i int) ([]any, error) { return append(itemRow(inv, upserts[i]), now), nil }))
-		return err
-	}
+	// The written columns only, with the table's types and no constraints:
+	// exported_at is set by the merge.
 	if _, err := tx.Exec(ctx, "CREATE TEMPORARY TABLE "+pgx.Identifier{stagingTable}.Sanitize()+
-		" (LIKE "+s.table+" INCLUDING DEFAULTS) ON COMMIT DROP"); err != nil {
+		" ON COMMIT DROP AS SELECT "+strings.Join(itemColumns, ", ")+" FROM "+s.table+" WITH NO DATA"); err != nil {
 		return err
 	}
-	_, err := tx.CopyFrom(ctx, pgx.Identifier{"pg_temp", stagingTable}, itemColumns,
-		pgx.CopyFromSlice(len(upserts), func(i int) ([]any, error) { return itemRow(inv, upserts[i]), nil }))
-	if err != nil {
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"pg_temp", stagingTable}, itemColumns, pgx.CopyFromSlice(len(upserts), rows)); err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, s.fromStagingSQL)
+	_, err := tx.Exec(ctx, s.fromStagingSQL)
 	return err
+}
+
+func (s *Sink) directAllowed() bool {
+	s.ddlMu.Lock()
+	defer s.ddlMu.Unlock()
+	return s.copyDirect
+}
+
+// isRefusedCopy is PostgreSQL refusing COPY into the table itself:
+// row-level security (0A000), a privilege (42501), or an exported_at
+// that lost its default (23502).
+func isRefusedCopy(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "0A000" || pgErr.Code == "42501" || pgErr.Code == "23502")
 }
 
 // dedupe keeps each item UID's last change: one statement cannot touch a
