@@ -396,17 +396,12 @@ func (s *Sink) setNames(pg *v1alpha1.PostgresSinkConfig) error {
 		strings.Join(params, ", ") + ", now())" + onConflict
 	s.fromStagingSQL = "INSERT INTO " + s.table + " AS t (" + cols + ", exported_at) SELECT " + cols +
 		", now() FROM " + pgx.Identifier{"pg_temp", stagingTable}.Sanitize() + onConflict
-	// Joined with the UIDs, not "item_uid = ANY($4)" (see anyHeldSQL).
-	s.deleteItemsSQL = "DELETE FROM " + s.table + " AS t USING unnest($4::text[]) AS u(uid)" +
-		" WHERE t.cluster = $1 AND t.inventory_namespace = $2 AND t.inventory_name = $3 AND t.item_uid = u.uid"
-	// COPY into a table row-level security applies to is refused: such a
-	// table takes the staging path too. now() is the transaction's, as
-	// the statements' exported_at.
 	// One primary-key probe per UID (the LATERAL with LIMIT is not
 	// flattened): "item_uid = ANY($4)" in a generic plan compares every
 	// row of the inventory with every UID, quadratic in a first export.
 	// item_uid::text is the column itself for text (the index serves it)
-	// and still works on a DBA's uuid column.
+	// and still works on a DBA's uuid column. Deletes join the UIDs the
+	// same way.
 	s.anyHeldSQL = "SELECT EXISTS (SELECT 1 FROM unnest($4::text[]) AS u(uid) CROSS JOIN LATERAL (SELECT 1 FROM " + s.table +
 		" WHERE cluster = $1 AND inventory_namespace = $2 AND inventory_name = $3 AND item_uid::text = u.uid LIMIT 1) AS hit)"
 	s.deleteItemsSQL = "DELETE FROM " + s.table + " AS t USING unnest($4::text[]) AS u(uid)" +
