@@ -1,10 +1,30 @@
 package apiserver_test
 
 import (
+	"context"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 )
+
+// patcher is the Patch of a typed or dynamic client.
+type patcher[T any] interface {
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (T, error)
+}
+
+// finalize removes the finalizers of a deleted object, as its controller
+// would: the registry puts the controllers' finalizers on Targets and
+// Inventories, and no controller runs in these tests.
+func finalize[T any](ctx context.Context, t *testing.T, c patcher[T], name string) {
+	t.Helper()
+	if _, err := c.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("removing the finalizers of %s: %v", name, err)
+	}
+}
 
 // kindCase is one resource exercised by the registry tests: a valid object,
 // a spec change, and a field two appliers can fight over.

@@ -86,6 +86,7 @@ func TestQuotaAdmission(t *testing.T) {
 	if err := targets.Delete(ctx, "t1", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	finalize(ctx, t, targets, "t1")
 	if _, err := targets.Create(ctx, quotaTarget("t2"), metav1.CreateOptions{}); err != nil {
 		t.Errorf("after a delete: %v", err)
 	}

@@ -91,6 +91,9 @@ func TestRegistryEveryKind(t *testing.T) {
 			if err := client.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 				t.Fatalf("delete: %v", err)
 			}
+			if len(updated.GetFinalizers()) > 0 {
+				finalize(ctx, t, client, name)
+			}
 			if _, err := client.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				t.Errorf("get after delete: %v, want NotFound", err)
 			}

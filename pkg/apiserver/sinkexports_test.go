@@ -79,6 +79,7 @@ func TestSinkExportWrites(t *testing.T) {
 	if err := invs.Delete(ctx, "inv", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	finalize(ctx, t, invs, "inv")
 	if err := write(uid, "a", 99); !apierrors.IsNotFound(err) {
 		t.Errorf("a write for a deleted inventory: %v, want not found", err)
 	}

@@ -78,8 +78,9 @@ var (
 // The fleet stays present while the API is measured. The measured objects
 // are suspended (spec.suspend, in every path's body alike): no exporter
 // writes them while they are read and written, as none writes a CRD's;
-// the controllers still see them (the finalizer is added), and the
-// benchmark waits for that before the next operation. "create, exported"
+// the controllers still see them, and write nothing: the registry adds
+// the export finalizer on create (the benchmark checks it is there
+// before the next operation). "create, exported"
 // creates objects that are not suspended (their sinks do not exist: each
 // gets a status entry and a Warning Event), as a user's would, and deletes
 // them afterwards, unmeasured.
@@ -489,14 +490,15 @@ func (ib *inventoryBodies) object(gvr schema.GroupVersionResource, ns string, i 
 	}}
 }
 
-// exportFinalizer is what kollect's export controller adds to every
-// Inventory it has seen (pkg/controllers/export.Finalizer).
+// exportFinalizer is what kollect's registry puts on every new Inventory
+// (v1alpha1.ExportFinalizer); the export controller restores it if removed.
 const exportFinalizer = "kollect.dev/export"
 
-// waitControllersSaw waits, on the kollect paths, until the export
-// controller has added its finalizer to every object of the namespace:
-// its write must not race the next measured operation (a GET + PUT would
-// conflict, a watcher would count it). A CRD has no controller.
+// waitControllersSaw waits, on the kollect paths, until every object of
+// the namespace carries the export finalizer, so that no controller write
+// can race the next measured operation (a GET + PUT would conflict, a
+// watcher would count it). The registry adds it on create, so this holds
+// at once unless a controller had to restore it. A CRD has no controller.
 func waitControllersSaw(ctx context.Context, p apiPath, ri dynamic.ResourceInterface) error {
 	if p.name == pathCRD {
 		return nil

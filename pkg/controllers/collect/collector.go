@@ -590,6 +590,8 @@ func (c *Collector) syncTarget(ctx context.Context, key targetKey) error {
 	if v == nil || v.deleting {
 		return c.finish(ctx, key, v)
 	}
+	// The registry adds the finalizer on create; this restores one that an
+	// update removed, or that an object older than that rule never had.
 	if !v.finalizer {
 		if err := c.setFinalizer(ctx, key, true); err != nil {
 			return err

@@ -18,7 +18,7 @@ import (
 
 // Finalizer keeps a Target or ClusterTarget until the collector has deleted
 // its items: no garbage collector runs on this API.
-const Finalizer = "kollect.dev/items"
+const Finalizer = v1alpha1.ItemsFinalizer
 
 // targetKey names a Target (Cluster false) or a ClusterTarget.
 type targetKey struct {

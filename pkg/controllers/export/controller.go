@@ -64,7 +64,7 @@ const loopbackQPS, loopbackBurst = 200, 400
 
 // Finalizer keeps an Inventory or ClusterInventory until what it exported
 // to sinks with deletionPolicy Delete is removed.
-const Finalizer = "kollect.dev/export"
+const Finalizer = v1alpha1.ExportFinalizer
 
 const targetIndex = "target"
 
@@ -750,6 +750,8 @@ func (c *Controller) reconcile(ctx context.Context, key invKey) error {
 		}
 		return c.setFinalizer(ctx, key, false)
 	}
+	// The registry adds the finalizer on create; this restores one that an
+	// update removed, or that an object older than that rule never had.
 	if !slices.Contains(spec.meta.Finalizers, Finalizer) {
 		if err := c.setFinalizer(ctx, key, true); err != nil {
 			return err

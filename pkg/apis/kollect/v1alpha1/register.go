@@ -9,6 +9,18 @@ import (
 // GroupName is the API group of Kollect.
 const GroupName = "kollect.dev"
 
+// The finalizers of Kollect's controllers. The registry puts them on every
+// new object of their kinds, so that deleting one always waits for its
+// controller, and the controller never writes an object just to add one.
+const (
+	// ItemsFinalizer holds a Target or ClusterTarget until the collector
+	// has deleted its items.
+	ItemsFinalizer = "kollect.dev/items"
+	// ExportFinalizer holds an Inventory or ClusterInventory until the
+	// exporters have stopped and removed what deletionPolicy Delete asks.
+	ExportFinalizer = "kollect.dev/export"
+)
+
 // SchemeGroupVersion is the group version objects are served and stored at.
 var SchemeGroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha1"}
 

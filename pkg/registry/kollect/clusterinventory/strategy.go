@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/apis/kollect/validation"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
 	"kollect.dev/kollect/pkg/registry/kollect/derive"
@@ -30,6 +31,7 @@ var kind = common.SpecStatus[*kollect.ClusterInventory, kollect.ClusterInventory
 	Validate:          validation.ValidateClusterInventory,
 	ValidateUpdate:    validation.ValidateClusterInventoryUpdate,
 	Requester:         func(o *kollect.ClusterInventory) **kollect.RequesterInfo { return &o.Status.Requester },
+	Finalizer:         v1alpha1.ExportFinalizer,
 	ReferencesChanged: tenancy.ClusterInventoryReferencesChanged,
 }
 

@@ -2,6 +2,7 @@ package common
 
 import (
 	"context"
+	"slices"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -37,6 +38,10 @@ type SpecStatus[T runtime.Object, Spec, Status any] struct {
 	// never used.
 	Requester         func(T) **kollect.RequesterInfo
 	ReferencesChanged func(obj, old T) bool
+	// Finalizer, when set, is added to every new object: the controller
+	// that must act before such an object goes holds it from the start,
+	// without a write of its own (as the namespace strategy does).
+	Finalizer string
 }
 
 // Strategies returns the main and status strategies of a kind.
@@ -56,7 +61,11 @@ func (s mainStrategy[T, P, S]) PrepareForCreate(ctx context.Context, obj runtime
 	o := obj.(T)
 	var none S
 	*s.kind.Status(o) = none
-	s.kind.Meta(o).Generation = 1
+	m := s.kind.Meta(o)
+	m.Generation = 1
+	if s.kind.Finalizer != "" && !slices.Contains(m.Finalizers, s.kind.Finalizer) {
+		m.Finalizers = append(m.Finalizers, s.kind.Finalizer)
+	}
 	if s.kind.Derive != nil {
 		s.kind.Derive(o, s.Now())
 	}

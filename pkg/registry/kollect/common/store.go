@@ -54,11 +54,11 @@ type Kind struct {
 type Admission interface {
 	AdmitCreate(ctx context.Context, obj runtime.Object) error
 	AdmitUpdate(ctx context.Context, obj, old runtime.Object) error
-	// LockCreate takes a lock a create in namespace holds from admission
-	// until the object is stored, and returns its unlock, which is given
-	// the stored object (nil when nothing was created): checks that count
-	// objects (quotas) see every create before theirs.
-	LockCreate(namespace string) (unlock func(created runtime.Object))
+	// BeginCreate starts a create before its admission and returns the
+	// context to create with and the finish, which is given the stored
+	// object (nil when nothing was created): checks that count objects
+	// (quotas) see the creates they admitted and are still writing.
+	BeginCreate(ctx context.Context) (context.Context, func(created runtime.Object))
 }
 
 // NewStore builds the generic etcd-backed store of a kind.
@@ -124,12 +124,12 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 		out, err := r.Store.Create(ctx, obj, createValidation, options)
 		return out, storageError(err)
 	}
-	unlock := r.admission.LockCreate(genericapirequest.NamespaceValue(ctx))
+	ctx, finish := r.admission.BeginCreate(ctx)
 	out, err := r.Store.Create(ctx, obj, r.admitCreate(createValidation), options)
 	if err != nil {
-		unlock(nil)
+		finish(nil)
 	} else {
-		unlock(out)
+		finish(out)
 	}
 	return out, storageError(err)
 }
@@ -137,16 +137,16 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 // Update replaces an object (or creates it, for server-side apply) once the
 // kind's admission allows it. Patches and applies come through here too.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
-	unlock := func(runtime.Object) {}
+	finish := func(runtime.Object) {}
 	if r.admission != nil && forceAllowCreate {
 		// A server-side apply may create the object.
-		unlock = r.admission.LockCreate(genericapirequest.NamespaceValue(ctx))
+		ctx, finish = r.admission.BeginCreate(ctx)
 	}
 	out, created, err := r.Store.Update(ctx, name, updateErrors(ctx, objInfo), r.admitCreate(createValidation), r.admitUpdate(updateValidation), forceAllowCreate, options)
 	if err == nil && created {
-		unlock(out)
+		finish(out)
 	} else {
-		unlock(nil)
+		finish(nil)
 	}
 	return out, created, storageError(err)
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/apis/kollect/validation"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
 	"kollect.dev/kollect/pkg/registry/kollect/derive"
@@ -30,6 +31,7 @@ var kind = common.SpecStatus[*kollect.Inventory, kollect.InventorySpec, kollect.
 	Validate:          validation.ValidateInventory,
 	ValidateUpdate:    validation.ValidateInventoryUpdate,
 	Requester:         func(o *kollect.Inventory) **kollect.RequesterInfo { return &o.Status.Requester },
+	Finalizer:         v1alpha1.ExportFinalizer,
 	ReferencesChanged: tenancy.InventoryReferencesChanged,
 }
 

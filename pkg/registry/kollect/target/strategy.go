@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/apis/kollect/validation"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
 	"kollect.dev/kollect/pkg/registry/kollect/derive"
@@ -30,6 +31,7 @@ var kind = common.SpecStatus[*kollect.Target, kollect.TargetSpec, kollect.Target
 	Validate:          validation.ValidateTarget,
 	ValidateUpdate:    validation.ValidateTargetUpdate,
 	Requester:         func(o *kollect.Target) **kollect.RequesterInfo { return &o.Status.Requester },
+	Finalizer:         v1alpha1.ItemsFinalizer,
 	ReferencesChanged: tenancy.TargetReferencesChanged,
 }
 

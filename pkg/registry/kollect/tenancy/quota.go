@@ -19,6 +19,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/storage"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
@@ -34,14 +35,14 @@ import (
 //
 // Admission counts objects: creating one beyond its quota is 403 Forbidden,
 // as kube's ResourceQuota answers, naming the Scope, the field, the count
-// and the limit. Counting reads the server's watch cache; creates of what
-// one quota counts hold a lock from the count to the write (Admission.Lock),
-// and a count waits until the cache holds this replica's last create under
-// that lock (a consistent read would wait for etcd's next progress
-// notification, ~100 ms per create), so a replica never overshoots. A count
-// that would refuse is read again from etcd: a deletion the cache has not
-// seen yet never refuses a create. Replicas share no ledger: creates reaching two
-// at the same moment may overshoot by one each. Lowering a quota removes nothing: existing objects
+// and the limit. Counting reads the server's watch cache once it holds
+// this replica's last create of the kind (a consistent read would wait for
+// etcd's next progress notification, ~100 ms per create) and adds the
+// creates this replica admitted and is still writing (ledger.go), so a
+// replica never overshoots, and creates do not wait for each other's
+// writes. A count that would refuse is read again from etcd: a deletion
+// the cache has not seen yet never refuses a create. Replicas share no
+// ledger: creates reaching two at the same moment may overshoot by one each. Lowering a quota removes nothing: existing objects
 // stay, new ones are refused. The collector enforces maxItems and
 // maxItemBytes on items (pkg/controllers/collect).
 
@@ -288,27 +289,50 @@ func (c *Checker) WithQuota(what Counted, a Admission) Admission {
 			if err := a.AdmitCreate(ctx, obj); err != nil {
 				return err
 			}
-			return c.checkQuota(ctx, what, obj)
+			return c.admitCounted(ctx, what, obj)
 		},
 		Update: a.Update,
-		Lock: func(namespace string) func(runtime.Object) {
-			key := what.lockKey(namespace)
-			c.creates.LockKey(key)
-			return func(created runtime.Object) {
-				if m, err := meta.Accessor(created); created != nil && err == nil {
-					c.created.Store(key+"/"+kindOf(created), m.GetResourceVersion())
-				}
-				_ = c.creates.UnlockKey(key)
-			}
+		Begin: func(ctx context.Context) (context.Context, func(runtime.Object)) {
+			t := &createTicket{ledger: c.ledger(what.lockKey(genericapirequest.NamespaceValue(ctx)))}
+			return context.WithValue(ctx, ticketKey{}, t), t.finish
 		},
 	}
 }
 
-// lockKey is what a create in namespace serializes on: everything its
-// quotas count. Sinks count across namespaces (ClusterScope maxSinks), so
-// all sink creates share one key; the others, their kind in their
-// namespace. One key per create, so creates never wait on each other in a
-// cycle.
+// admitCounted checks the quotas of a create and, when they allow it,
+// holds it in the ledger of what until the registry finishes it, in one
+// step under the ledger's lock.
+func (c *Checker) admitCounted(ctx context.Context, what Counted, obj runtime.Object) error {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return err
+	}
+	l := c.ledger(what.lockKey(m.GetNamespace()))
+	t := ticketFrom(ctx)
+	if t != nil && t.ledger != l {
+		t = nil // not this kind's ticket: count, hold nothing
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t != nil {
+		t.release()
+	}
+	if err := c.checkQuota(ctx, what, obj, l); err != nil {
+		return err
+	}
+	if t != nil {
+		h := heldCreate{kind: kindOf(obj), namespace: m.GetNamespace(), name: m.GetName()}
+		l.held[h]++
+		t.held = &h
+	}
+	return nil
+}
+
+// lockKey names the ledger of a create in namespace, whose lock its quota
+// checks hold: everything its quotas count. Sinks count across namespaces
+// (ClusterScope maxSinks), so all sink creates share one key; the others,
+// their kind in their namespace. One key per create, so checks never wait
+// on each other in a cycle.
 func (what Counted) lockKey(namespace string) string {
 	if what.sinks || what.cluster {
 		return what.resource
@@ -316,7 +340,9 @@ func (what Counted) lockKey(namespace string) string {
 	return what.resource + "/" + namespace
 }
 
-func (c *Checker) checkQuota(ctx context.Context, what Counted, obj runtime.Object) error {
+// checkQuota refuses obj when a quota it counts against is full; the caller
+// holds l.mu.
+func (c *Checker) checkQuota(ctx context.Context, what Counted, obj runtime.Object, l *ledger) error {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return err
@@ -346,9 +372,9 @@ func (c *Checker) checkQuota(ctx context.Context, what Counted, obj runtime.Obje
 		if !qc.quota.Set {
 			continue
 		}
-		used, err := c.count(ctx, what, qc.namespace, what.lockKey(namespace), false)
+		used, err := c.count(ctx, what, qc.namespace, l, false)
 		if err == nil && !qc.quota.Allows(used+1) {
-			used, err = c.count(ctx, what, qc.namespace, "", true)
+			used, err = c.count(ctx, what, qc.namespace, l, true)
 		}
 		if err != nil {
 			return fmt.Errorf("counting %s for the quota: %w", what.resource, err)
@@ -385,27 +411,44 @@ func resourceOf(obj runtime.Object, what Counted) schema.GroupResource {
 	return kollect.Resource(what.resource)
 }
 
-// count is how many objects of what exist in namespace (all when empty):
-// from the watch cache once it holds this replica's last create under
-// lockKey, or from etcd when consistent is set.
-func (c *Checker) count(ctx context.Context, what Counted, namespace, lockKey string, consistent bool) (int64, error) {
+// count is how many objects of what exist in namespace (all when empty),
+// or will once the creates held in l are stored: listed from the watch
+// cache once it holds this replica's last create under l, or from etcd
+// when consistent is set. The caller holds l.mu.
+func (c *Checker) count(ctx context.Context, what Counted, namespace string, l *ledger, consistent bool) (int64, error) {
+	ctx = genericapirequest.WithNamespace(ctx, namespace)
 	var n int64
-	for _, l := range what.listers(c.lookups.Quota) {
-		if l == nil {
+	for _, lister := range what.listers(c.lookups.Quota) {
+		if lister == nil {
 			continue
 		}
+		kind := strings.TrimSuffix(kindOf(lister.NewList()), "List")
 		opts := &metainternalversion.ListOptions{}
 		if !consistent {
 			opts.ResourceVersion = "0"
-			if rv, ok := c.created.Load(lockKey + "/" + strings.TrimSuffix(kindOf(l.NewList()), "List")); ok {
-				opts.ResourceVersion, opts.ResourceVersionMatch = rv.(string), metav1.ResourceVersionMatchNotOlderThan
+			if rv := l.stored[kind]; rv > 0 {
+				opts.ResourceVersion, opts.ResourceVersionMatch = strconv.FormatUint(rv, 10), metav1.ResourceVersionMatchNotOlderThan
 			}
 		}
-		out, err := l.List(genericapirequest.WithNamespace(ctx, namespace), opts)
+		out, err := lister.List(ctx, opts)
+		if storage.IsTooLargeResourceVersion(err) {
+			// The cache did not catch up in time: ask etcd.
+			out, err = lister.List(ctx, &metainternalversion.ListOptions{})
+		}
 		if err != nil {
 			return 0, err
 		}
 		n += int64(meta.LenList(out))
+		if held := l.heldIn(kind, namespace); len(held) > 0 {
+			// A held create the listing already shows counts once.
+			_ = meta.EachListItem(out, func(o runtime.Object) error {
+				if m, err := meta.Accessor(o); err == nil {
+					delete(held, m.GetNamespace()+"/"+m.GetName())
+				}
+				return nil
+			})
+			n += int64(len(held))
+		}
 	}
 	return n, nil
 }

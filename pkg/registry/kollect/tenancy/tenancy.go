@@ -55,7 +55,6 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/warning"
-	"k8s.io/utils/keymutex"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 )
@@ -97,13 +96,9 @@ type Lookups struct {
 type Checker struct {
 	cfg     Config
 	lookups Lookups
-	// creates serializes the creates one quota counts (WithQuota), from
-	// the count to the write.
-	creates keymutex.KeyMutex
-	// created holds, per lock key and kind, the resourceVersion of the
-	// last object this replica created under that key: a count reads the
-	// watch cache once it holds that revision.
-	created sync.Map
+	// ledgers are, per lock key (Counted.lockKey), the creates in flight
+	// that quota counts must see (ledger.go).
+	ledgers sync.Map
 	// scopesStored and clusterScopesStored are the newest resourceVersions
 	// of a Scope and of a ClusterScope this replica wrote: limits are read
 	// from the watch cache once it holds that revision (scopeList).
@@ -165,7 +160,7 @@ func (c *Checker) scopeList(ctx context.Context, l rest.Lister, namespace string
 // New returns a Checker. Call SetLookups once the storage it reads exists,
 // before the server serves.
 func New(cfg Config) *Checker {
-	return &Checker{cfg: cfg, creates: keymutex.NewHashed(64)}
+	return &Checker{cfg: cfg}
 }
 
 // SetLookups gives the checker the storage it reads. The kinds it checks
@@ -176,20 +171,19 @@ func (c *Checker) SetLookups(l Lookups) { c.lookups = l }
 type Admission struct {
 	Create func(ctx context.Context, obj runtime.Object) error
 	Update func(ctx context.Context, obj, old runtime.Object) error
-	// Lock, when set, is held by the registry around a create in
-	// namespace, from admission to the write, and returns its unlock,
-	// given the stored object (nil when none): a quota's count then sees
-	// every create before it.
-	Lock func(namespace string) (unlock func(created runtime.Object))
+	// Begin, when set, starts a create in the namespace of ctx, before
+	// admission, and returns the context to create with and the finish,
+	// given the stored object (nil when none): a quota holds an admitted
+	// create in its ledger until then (ledger.go).
+	Begin func(ctx context.Context) (context.Context, func(created runtime.Object))
 }
 
-// LockCreate takes the lock a create in namespace must hold until the
-// object is stored.
-func (a Admission) LockCreate(namespace string) (unlock func(created runtime.Object)) {
-	if a.Lock == nil {
-		return func(runtime.Object) {}
+// BeginCreate starts a create: see Admission.Begin.
+func (a Admission) BeginCreate(ctx context.Context) (context.Context, func(created runtime.Object)) {
+	if a.Begin == nil {
+		return ctx, func(runtime.Object) {}
 	}
-	return a.Lock(namespace)
+	return a.Begin(ctx)
 }
 
 // AdmitCreate checks a new object.
