@@ -89,6 +89,9 @@ type Server struct {
 	ClusterItems *clusterinventoryitem.Writer
 	// SinkExports writes the exporters' status entries in process.
 	SinkExports *common.SinkExportWriter
+	// ListWatches list and watch the resources in process, for the
+	// controllers' informers.
+	ListWatches *ListWatches
 }
 
 // New builds the server and installs the kollect.dev/v1alpha1 resources.
@@ -204,5 +207,8 @@ func (s *Server) buildStorage(getter generic.RESTOptionsGetter, opts common.Opti
 	}
 	storage["clusterinventoryitems"] = clusterItems
 	s.Items, s.ClusterItems = itemWriter, clusterItemWriter
+	if s.ListWatches, err = newListWatches(storage); err != nil {
+		return nil, err
+	}
 	return storage, nil
 }

@@ -302,9 +302,10 @@ func (o *Options) Run(ctx context.Context) error {
 			return err
 		}
 		o.Controllers.Install(srv.GenericAPIServer, host, leader.Configs{
-			Collect: collect.Config{Items: srv.Items, ClusterItems: srv.ClusterItems, Authorizer: authz, TenantMode: o.TenantMode, Quotas: o.Quotas},
+			Collect: collect.Config{Items: srv.Items, ClusterItems: srv.ClusterItems, Authorizer: authz, TenantMode: o.TenantMode, Quotas: o.Quotas,
+				Informers: srv.ListWatches},
 			Export: export.Config{StateDir: stateDir, FileSinkRoot: fileSinkRoot, AllowLocalGitSinks: o.AllowLocalGitSinks, Authorizer: authz, TenantMode: o.TenantMode, Dialer: cfg.ExtraConfig.Registry.SinkDialer,
-				SinkExports: srv.SinkExports},
+				SinkExports: srv.SinkExports, Informers: srv.ListWatches},
 		})
 	}
 	if o.afterConfig != nil {

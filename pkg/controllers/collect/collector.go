@@ -50,6 +50,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/extract"
+	"kollect.dev/kollect/pkg/controllers/informers"
 	"kollect.dev/kollect/pkg/controllers/metrics"
 	"kollect.dev/kollect/pkg/generated/clientset/versioned"
 	kollectinformers "kollect.dev/kollect/pkg/generated/informers/externalversions"
@@ -103,6 +104,9 @@ type Config struct {
 	// Items and ClusterItems are the in-process item writers.
 	Items        *common.Writer[*kollect.InventoryItem]
 	ClusterItems *common.Writer[*kollect.ClusterInventoryItem]
+	// Informers, when set, list and watch this server's kinds in process
+	// (the loopback client otherwise).
+	Informers informers.Source
 	// ResyncPeriod is the time between full walks; 0 means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
 	// Workers is how many objects are reconciled at once; 0 means DefaultWorkers.
@@ -365,6 +369,8 @@ func (c *Collector) Run(ctx context.Context) error {
 // (this server, through loopback) and Namespaces (the host cluster).
 func (c *Collector) startInformers(ctx context.Context) error {
 	c.kollectFactory = kollectinformers.NewSharedInformerFactory(c.kollect, 0)
+	informers.InProcess(c.kollectFactory, c.cfg.Informers, &v1alpha1.Profile{}, &v1alpha1.Target{}, &v1alpha1.ClusterTarget{},
+		&v1alpha1.Scope{}, &v1alpha1.ClusterScope{})
 	api := c.kollectFactory.Kollect().V1alpha1()
 	c.profileLister = api.Profiles().Lister()
 	c.targetLister = api.Targets().Lister()

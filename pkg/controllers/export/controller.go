@@ -34,6 +34,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	metav1apply "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -49,6 +50,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
 	"kollect.dev/kollect/pkg/controllers/finalizers"
+	"kollect.dev/kollect/pkg/controllers/informers"
 	"kollect.dev/kollect/pkg/controllers/metrics"
 	applyv1alpha1 "kollect.dev/kollect/pkg/generated/applyconfiguration/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/generated/clientset/versioned"
@@ -116,6 +118,9 @@ type Config struct {
 	RequesterMaxAge time.Duration
 	// SinkExports stores the exporters' status entries, in process.
 	SinkExports SinkExportWriter
+	// Informers, when set, list and watch this server's kinds in process
+	// (the loopback client otherwise).
+	Informers informers.Source
 }
 
 // SinkExportWriter stores one exporter's entry in an inventory's
@@ -309,6 +314,9 @@ func (c *Controller) Run(ctx context.Context) error {
 
 func (c *Controller) setupInformers() {
 	c.factory = kollectinformers.NewSharedInformerFactory(c.kollect, 0)
+	informers.InProcess(c.factory, c.cfg.Informers, &v1alpha1.Inventory{}, &v1alpha1.ClusterInventory{},
+		&v1alpha1.Target{}, &v1alpha1.ClusterTarget{}, &v1alpha1.SnapshotSink{}, &v1alpha1.DatabaseSink{},
+		&v1alpha1.EventSink{}, &v1alpha1.Scope{}, &v1alpha1.ClusterScope{})
 	k := c.factory.Kollect().V1alpha1()
 	c.inventories = k.Inventories().Lister()
 	c.clusterInventories = k.ClusterInventories().Lister()
@@ -373,32 +381,47 @@ func (c *Controller) setupInformers() {
 	_, _ = k.ClusterScopes().Informer().AddEventHandler(filtered(scopeChanged, generationChanged))
 
 	c.itemFactory = kollectinformers.NewSharedInformerFactory(c.kollect, 0)
+	informers.InProcess(c.itemFactory, c.cfg.Informers, &v1alpha1.InventoryItem{}, &v1alpha1.ClusterInventoryItem{})
 	items := c.itemFactory.Kollect().V1alpha1()
 	c.items = items.InventoryItems().Informer()
 	c.clusterItems = items.ClusterInventoryItems().Informer()
 	byTarget := cache.Indexers{targetIndex: func(obj any) ([]string, error) {
-		m, ok := obj.(metav1.Object)
+		e, ok := obj.(*exportedItem)
 		if !ok {
 			return nil, nil
 		}
-		return []string{m.GetNamespace() + "/" + m.GetLabels()[v1alpha1.LabelTarget]}, nil
+		return []string{e.Namespace + "/" + e.item.Target}, nil
 	}}
 	_ = c.items.AddIndexers(byTarget)
 	_ = c.clusterItems.AddIndexers(byTarget)
-	// Items are written by the collector without managed fields; drop
-	// anything else the exporter does not read to keep the cache lean.
-	_ = c.items.SetTransform(stripItem)
-	_ = c.clusterItems.SetTransform(stripItem)
+	_ = c.items.SetTransform(toExported)
+	_ = c.clusterItems.SetTransform(toExported)
 	_, _ = c.items.AddEventHandler(c.itemHandler())
 	_, _ = c.clusterItems.AddEventHandler(c.itemHandler())
 }
 
-func stripItem(obj any) (any, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		m.SetManagedFields(nil)
-		m.SetAnnotations(nil)
+// exportedItem is what the item informers keep of an InventoryItem or a
+// ClusterInventoryItem: the metadata the informer's keys and relists need,
+// and the item in its exported form, converted once as it arrives rather
+// than at every reconcile, then shared read-only by every view holding it.
+type exportedItem struct {
+	metav1.ObjectMeta
+	item *sink.Item
+}
+
+// toExported is the item informers' transform.
+func toExported(obj any) (any, error) {
+	var it *sink.Item
+	switch o := obj.(type) {
+	case *v1alpha1.InventoryItem:
+		it = fromItem(o)
+	case *v1alpha1.ClusterInventoryItem:
+		it = fromClusterItem(o)
+	default:
+		return obj, nil
 	}
-	return obj, nil
+	return &exportedItem{ObjectMeta: metav1.ObjectMeta{Namespace: it.Namespace, Name: it.Name,
+		UID: types.UID(it.UID), ResourceVersion: it.ResourceVersion}, item: it}, nil
 }
 
 func unwrap(obj any) any {
@@ -449,13 +472,11 @@ func inventoryChanged(old, obj metav1.Object) bool {
 // itemHandler applies item events to the views that include the item.
 func (c *Controller) itemHandler() cache.ResourceEventHandlerFuncs {
 	convert := func(obj any) (*sink.Item, bool) {
-		switch o := unwrap(obj).(type) {
-		case *v1alpha1.InventoryItem:
-			return fromItem(o), true
-		case *v1alpha1.ClusterInventoryItem:
-			return fromClusterItem(o), true
+		e, ok := unwrap(obj).(*exportedItem)
+		if !ok {
+			return nil, false
 		}
-		return nil, false
+		return e.item, true
 	}
 	upsert := func(obj any) {
 		it, ok := convert(obj)
@@ -841,16 +862,9 @@ func (c *Controller) itemsOf(key invKey, targets map[string]bool) map[string]*si
 	for t := range targets {
 		objs, _ := inf.GetIndexer().ByIndex(targetIndex, ns+"/"+t)
 		for _, obj := range objs {
-			var it *sink.Item
-			switch o := obj.(type) {
-			case *v1alpha1.InventoryItem:
-				it = fromItem(o)
-			case *v1alpha1.ClusterInventoryItem:
-				it = fromClusterItem(o)
-			default:
-				continue
+			if e, ok := obj.(*exportedItem); ok {
+				out[e.item.Key()] = e.item
 			}
-			out[it.Key()] = it
 		}
 	}
 	return out
