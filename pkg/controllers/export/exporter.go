@@ -245,6 +245,10 @@ func (e *exporter) runOnce(ctx context.Context) time.Time {
 	b := e.sub.take(e.client.needsLiveSet(e.known, full))
 	runCtx, cancel := context.WithTimeout(ctx, exportTimeout)
 	defer cancel()
+	if e.failures >= breakerThreshold {
+		// An open breaker tries the sink once per backoff step.
+		runCtx = sink.SingleAttempt(runCtx)
+	}
 	start := time.Now()
 	wrote, err := e.client.deliver(runCtx, &delivery{inv: cfg.inventory, b: b, known: e.known, full: full,
 		generation: cfg.generation, epoch: set.epoch, acked: e.cursor})

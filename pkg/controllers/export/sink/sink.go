@@ -14,6 +14,21 @@ import (
 	"errors"
 )
 
+type singleAttemptKey struct{}
+
+// SingleAttempt marks ctx for a call that tries the destination once,
+// without the sink's own retries: the exporter's probe of a sink whose
+// breaker is open, paced by the exporter's backoff alone.
+func SingleAttempt(ctx context.Context) context.Context {
+	return context.WithValue(ctx, singleAttemptKey{}, true)
+}
+
+// IsSingleAttempt tells whether ctx asks for one attempt (SingleAttempt).
+func IsSingleAttempt(ctx context.Context) bool {
+	one, _ := ctx.Value(singleAttemptKey{}).(bool)
+	return one
+}
+
 // Inventory identifies the Inventory or ClusterInventory being exported,
 // and the cluster it belongs to: every key a sink stores (row key, path,
 // subject, event id and source) includes Cluster, so that many clusters

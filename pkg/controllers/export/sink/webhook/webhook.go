@@ -186,8 +186,12 @@ func (s *Sink) Publish(ctx context.Context, _ sink.Inventory, events []sink.Even
 }
 
 // deliver posts one event until it is accepted, fails for good, runs out
-// of attempts or ctx ends.
+// of attempts (one when ctx asks for a single attempt) or ctx ends.
 func (s *Sink) deliver(ctx context.Context, body []byte) error {
+	maxAttempts := s.maxAttempts
+	if sink.IsSingleAttempt(ctx) {
+		maxAttempts = 1
+	}
 	var sig string
 	if s.hmacKey != nil {
 		mac := hmac.New(sha256.New, s.hmacKey)
@@ -202,7 +206,7 @@ func (s *Sink) deliver(ctx context.Context, body []byte) error {
 		if errors.Is(err, sink.ErrPermanent) || ctx.Err() != nil {
 			return fmt.Errorf("attempt %d: %w", attempt, err)
 		}
-		if attempt >= s.maxAttempts {
+		if attempt >= maxAttempts {
 			return fmt.Errorf("giving up after %d attempts: %w", attempt, err)
 		}
 		if wait <= 0 {

@@ -366,6 +366,20 @@ func TestMaxAttempts(t *testing.T) {
 	}
 }
 
+// TestSingleAttempt: the exporter's probe of an open breaker posts once.
+func TestSingleAttempt(t *testing.T) {
+	rc := newReceiver(t, status(http.StatusInternalServerError))
+	cfg := fast()
+	cfg.MaxAttempts = 3
+	err := newSink(t, rc.spec(cfg), secret).Publish(sink.SingleAttempt(ctxT(t)), inv, events(changes(2)))
+	if err == nil || errors.Is(err, sink.ErrPermanent) || !strings.Contains(err.Error(), "giving up after 1 attempts") {
+		t.Fatalf("want a transient error after one attempt, got %v", err)
+	}
+	if n := len(rc.requests()); n != 1 {
+		t.Errorf("%d attempts, want 1", n)
+	}
+}
+
 func TestAttemptTimeoutIsRetried(t *testing.T) {
 	rc := newReceiver(t, func(n int, _ http.ResponseWriter, r *http.Request) {
 		if n == 1 {
