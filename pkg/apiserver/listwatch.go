@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"sync"
 	"time"
 
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
@@ -120,7 +121,9 @@ func (l *listWatch) WatchWithContext(ctx context.Context, opts metav1.ListOption
 		cancel()
 		return nil, err
 	}
-	return cancelOnStop{Interface: watch.Filter(w, externalEvent), cancel: cancel}, nil
+	x := &externalWatch{in: w, cancel: cancel, out: make(chan watch.Event), stopped: make(chan struct{})}
+	go x.relay()
+	return x, nil
 }
 
 func internalOptions(opts metav1.ListOptions) (*metainternalversion.ListOptions, error) {
@@ -147,24 +150,55 @@ func external(obj runtime.Object) (runtime.Object, error) {
 	return Scheme.ConvertToVersion(obj, v1alpha1.SchemeGroupVersion)
 }
 
+// externalWatch relays a watch of internal objects as v1alpha1 objects
+// until its source ends or it is stopped; a reader that stops reading
+// after Stop leaves nothing behind (watch.Filter's relay would block on
+// its send for good).
+type externalWatch struct {
+	in      watch.Interface
+	cancel  context.CancelFunc
+	out     chan watch.Event
+	stopped chan struct{}
+	once    sync.Once
+}
+
+func (w *externalWatch) ResultChan() <-chan watch.Event { return w.out }
+
+func (w *externalWatch) Stop() {
+	w.once.Do(func() {
+		close(w.stopped)
+		w.in.Stop()
+		w.cancel()
+	})
+}
+
+func (w *externalWatch) relay() {
+	defer close(w.out)
+	defer w.Stop()
+	for {
+		select {
+		case <-w.stopped:
+			return
+		case ev, ok := <-w.in.ResultChan():
+			if !ok {
+				return
+			}
+			select {
+			case w.out <- externalEvent(ev):
+			case <-w.stopped:
+				return
+			}
+		}
+	}
+}
+
 // externalEvent is ev with its object as v1alpha1.
-func externalEvent(ev watch.Event) (watch.Event, bool) {
+func externalEvent(ev watch.Event) watch.Event {
 	obj, err := external(ev.Object)
 	if err != nil {
 		return watch.Event{Type: watch.Error, Object: &metav1.Status{Status: metav1.StatusFailure,
-			Code: 500, Reason: metav1.StatusReasonInternalError, Message: err.Error()}}, true
+			Code: 500, Reason: metav1.StatusReasonInternalError, Message: err.Error()}}
 	}
 	ev.Object = obj
-	return ev, true
-}
-
-// cancelOnStop is a watch whose Stop also ends its context.
-type cancelOnStop struct {
-	watch.Interface
-	cancel context.CancelFunc
-}
-
-func (w cancelOnStop) Stop() {
-	w.Interface.Stop()
-	w.cancel()
+	return ev
 }

@@ -110,15 +110,15 @@ func (a *databaseAdapter) deliver(ctx context.Context, d *delivery) (bool, error
 
 // diff is what turns a table holding held (item UID → hash) into one
 // holding items: upserts of what it lacks (of everything when all is set,
-// for an anti-drift rewrite; the sink skips identical rows) and deletes of
-// what it holds beyond items.
+// for an anti-drift rewrite; the sink skips identical rows), marked Absent
+// where the table has no row, and deletes of what it holds beyond items.
 func diff(items []*sink.Item, held map[string]string, all bool) []sink.Change {
 	var out []sink.Change
 	seen := make(map[string]struct{}, len(items))
 	for _, it := range items {
 		seen[it.UID] = struct{}{}
 		if h, ok := held[it.UID]; all || !ok || h != it.Hash {
-			out = append(out, sink.Change{Op: sink.Upsert, Item: it})
+			out = append(out, sink.Change{Op: sink.Upsert, Item: it, Absent: !ok})
 		}
 	}
 	for uid, hash := range held {

@@ -407,6 +407,8 @@ func (c *Controller) setupInformers() {
 type exportedItem struct {
 	metav1.ObjectMeta
 	item *sink.Item
+	// key is item.Key(), built once: views are keyed by it.
+	key string
 }
 
 // toExported is the item informers' transform.
@@ -421,7 +423,7 @@ func toExported(obj any) (any, error) {
 		return obj, nil
 	}
 	return &exportedItem{ObjectMeta: metav1.ObjectMeta{Namespace: it.Namespace, Name: it.Name,
-		UID: types.UID(it.UID), ResourceVersion: it.ResourceVersion}, item: it}, nil
+		UID: types.UID(it.UID), ResourceVersion: it.ResourceVersion}, item: it, key: it.Key()}, nil
 }
 
 func unwrap(obj any) any {
@@ -863,7 +865,7 @@ func (c *Controller) itemsOf(key invKey, targets map[string]bool) map[string]*si
 		objs, _ := inf.GetIndexer().ByIndex(targetIndex, ns+"/"+t)
 		for _, obj := range objs {
 			if e, ok := obj.(*exportedItem); ok {
-				out[e.item.Key()] = e.item
+				out[e.key] = e.item
 			}
 		}
 	}

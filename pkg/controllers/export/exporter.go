@@ -142,6 +142,7 @@ func (e *exporter) loop(ctx context.Context) {
 	ctx = klog.NewContext(ctx, logger)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
+	first := true
 	for {
 		select {
 		case <-ctx.Done():
@@ -149,6 +150,11 @@ func (e *exporter) loop(ctx context.Context) {
 		case <-e.sub.wake:
 			if time.Now().Before(e.notBefore) {
 				continue // backing off: the timer fires at notBefore
+			}
+			if first {
+				// The first run is due at once (the timer says so too):
+				// no burst to wait for.
+				break
 			}
 			select { // coalesce a burst of changes
 			case <-ctx.Done():
@@ -158,6 +164,7 @@ func (e *exporter) loop(ctx context.Context) {
 		case <-timer.C:
 		}
 		next := e.runOnce(ctx)
+		first = false
 		if ctx.Err() != nil {
 			return
 		}

@@ -203,7 +203,8 @@ type batch struct {
 	count    int
 	// changes, in key order: for each owed key a delete of what the sink
 	// holds when that item is gone or was replaced (new UID), then an
-	// upsert of the current item when the sink lacks it.
+	// upsert of the current item when the sink lacks it. Not built when
+	// the live set is taken: a run given the live set restates it.
 	changes []sink.Change
 	// items is the live set in canonical order (ascending key), when
 	// taken with full.
@@ -212,45 +213,39 @@ type batch struct {
 	restate bool
 }
 
-// take hands the owed changes to a run; full adds the live set.
+// take hands the owed changes to a run, or, with full, the live set (the
+// owed changes stay in the batch, to be given back on failure).
 func (s *subscription) take(full bool) *batch {
 	s.v.mu.Lock()
 	b := &batch{cursor: s.v.applied(), checksum: s.v.checksum.String(), count: len(s.v.items), owed: s.owed, restate: s.restate}
 	s.owed, s.restate = map[string]owed{}, false
-	keys := make([]string, 0, len(b.owed))
-	for key := range b.owed {
-		keys = append(keys, key)
-	}
-	current := make([]*sink.Item, len(keys))
-	for i, key := range keys {
-		current[i] = s.v.items[key]
-	}
 	// The map's keys are the items' keys: sorting by them spares building
 	// a key string per comparison.
-	var live []keyedItem
+	var sorted []keyedItem
 	if full {
-		live = make([]keyedItem, 0, len(s.v.items))
+		sorted = make([]keyedItem, 0, len(s.v.items))
 		for key, it := range s.v.items {
-			live = append(live, keyedItem{key, it})
+			sorted = append(sorted, keyedItem{key, it})
+		}
+	} else {
+		sorted = make([]keyedItem, 0, len(b.owed))
+		for key := range b.owed {
+			sorted = append(sorted, keyedItem{key, s.v.items[key]})
 		}
 	}
 	s.v.mu.Unlock()
 
 	// Sorting and comparing happen outside the lock: items are immutable.
-	order := make([]int, len(keys))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, c int) int { return strings.Compare(keys[a], keys[c]) })
-	for _, i := range order {
-		b.changes = append(b.changes, owedChanges(b.owed[keys[i]], current[i])...)
-	}
+	slices.SortFunc(sorted, func(a, c keyedItem) int { return strings.Compare(a.key, c.key) })
 	if full {
-		slices.SortFunc(live, func(a, c keyedItem) int { return strings.Compare(a.key, c.key) })
-		b.items = make([]*sink.Item, len(live))
-		for i, k := range live {
+		b.items = make([]*sink.Item, len(sorted))
+		for i, k := range sorted {
 			b.items[i] = k.it
 		}
+		return b
+	}
+	for _, k := range sorted {
+		b.changes = append(b.changes, owedChanges(b.owed[k.key], k.it)...)
 	}
 	return b
 }

@@ -105,6 +105,12 @@ const (
 type Change struct {
 	Op   Op
 	Item *Item
+	// Absent, on an Upsert to a database sink, says the destination does
+	// not hold the item: the caller read the destination's state after
+	// claiming its epoch, which fences every other writer, and found no
+	// row. The sink may insert it without looking; were it there after
+	// all, Apply fails whole.
+	Absent bool
 }
 
 // SnapshotSink writes whole documents: the file and git types.

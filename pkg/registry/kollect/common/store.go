@@ -14,6 +14,7 @@ import (
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/util/dryrun"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
@@ -124,12 +125,17 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 		out, err := r.Store.Create(ctx, obj, createValidation, options)
 		return out, storageError(err)
 	}
-	ctx, finish := r.admission.BeginCreate(ctx)
-	out, err := r.Store.Create(ctx, obj, r.admitCreate(createValidation), options)
+	finish := func(runtime.Object) {}
+	if options == nil || !dryrun.IsDryRun(options.DryRun) {
+		// A dry run stores nothing: no count may hold a place for it.
+		ctx, finish = r.admission.BeginCreate(ctx)
+	}
+	var out runtime.Object
+	var err error
+	defer func() { finish(out) }() // nil unless stored, panics included
+	out, err = r.Store.Create(ctx, obj, r.admitCreate(createValidation), options)
 	if err != nil {
-		finish(nil)
-	} else {
-		finish(out)
+		out = nil
 	}
 	return out, storageError(err)
 }
@@ -138,15 +144,15 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 // kind's admission allows it. Patches and applies come through here too.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
 	finish := func(runtime.Object) {}
-	if r.admission != nil && forceAllowCreate {
+	if r.admission != nil && forceAllowCreate && (options == nil || !dryrun.IsDryRun(options.DryRun)) {
 		// A server-side apply may create the object.
 		ctx, finish = r.admission.BeginCreate(ctx)
 	}
+	var stored runtime.Object
+	defer func() { finish(stored) }() // nil unless created, panics included
 	out, created, err := r.Store.Update(ctx, name, updateErrors(ctx, objInfo), r.admitCreate(createValidation), r.admitUpdate(updateValidation), forceAllowCreate, options)
 	if err == nil && created {
-		finish(out)
-	} else {
-		finish(nil)
+		stored = out
 	}
 	return out, created, storageError(err)
 }

@@ -185,3 +185,47 @@ func TestHeldProbeUsesTheKey(t *testing.T) {
 		t.Errorf("the probe does not look item_uid up in an index:\n%s", strings.Join(plan, "\n"))
 	}
 }
+
+// TestCopyTrustsAbsent: upserts the caller marks Absent (it read the table
+// in its epoch) go straight in without a probe; were one there after all,
+// the whole Apply fails and nothing of it lands, cursor included.
+func TestCopyTrustsAbsent(t *testing.T) {
+	ctx := testContext(t)
+	conn := connect(t)
+	schema := testSchema(t, conn)
+	const table = "items"
+	s := newSink(t, schema, table)
+	absent := func(changes []sink.Change) []sink.Change {
+		for i := range changes {
+			changes[i].Absent = true
+		}
+		return changes
+	}
+	direct := s.direct.Load()
+	mustApply(t, s, invA, absent(bigBatch("a", 500)), pos("c1"))
+	if got := s.direct.Load() - direct; got != 1 {
+		t.Errorf("500 Absent upserts copied straight in %d times, want 1", got)
+	}
+
+	// A wrong Absent: "a-0007" is held.
+	wrong := absent(append(bigBatch("b", 300), upsert(item("a-0007", "h2"))))
+	err := s.Apply(ctx, invA, wrong, pos("c2"))
+	if err == nil || !strings.Contains(err.Error(), "23505") {
+		t.Fatalf("Apply with a held item marked Absent: %v, want a unique violation (23505)", err)
+	}
+	if got := countRows(t, conn, schema, table, invA); got != 500 {
+		t.Errorf("after the failed Apply: %d rows, want the 500 before it", got)
+	}
+	if _, cur, err := s.State(ctx, invA); err != nil || cur.Position != "c1" {
+		t.Errorf("after the failed Apply: cursor %q, %v; want c1", cur.Position, err)
+	}
+
+	// Unmarked, the same changes merge.
+	for i := range wrong {
+		wrong[i].Absent = false
+	}
+	mustApply(t, s, invA, wrong, pos("c2"))
+	if got := countRows(t, conn, schema, table, invA); got != 800 {
+		t.Errorf("after the merge: %d rows, want 800", got)
+	}
+}

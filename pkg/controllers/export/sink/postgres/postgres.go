@@ -463,7 +463,7 @@ func (s *Sink) Apply(ctx context.Context, inv sink.Inventory, changes []sink.Cha
 	if err := checkInventory(inv); err != nil {
 		return s.wrap("apply", err)
 	}
-	deletes, upserts, err := dedupe(changes)
+	deletes, upserts, absent, err := dedupe(changes)
 	if err != nil {
 		return s.wrap("apply", err)
 	}
@@ -486,7 +486,7 @@ func (s *Sink) Apply(ctx context.Context, inv sink.Inventory, changes []sink.Cha
 					return err
 				}
 			}
-			return s.copyUpserts(ctx, tx, inv, upserts)
+			return s.copyUpserts(ctx, tx, inv, upserts, absent)
 		}
 		if len(upserts) > 0 {
 			s.batches.Add(1)
@@ -508,20 +508,24 @@ func (s *Sink) Apply(ctx context.Context, inv sink.Inventory, changes []sink.Cha
 // copyUpserts writes the upserts with COPY. When the table holds none of
 // them (a first export, new items), they go straight into it: nothing can
 // insert them meanwhile, since every writer of the inventory's rows holds
-// its cursor row's lock first, and this transaction does. Otherwise, or on
-// a table that does not allow it (copyDirect), COPY fills a staging table
-// merged in one statement, since COPY cannot resolve conflicts itself.
-func (s *Sink) copyUpserts(ctx context.Context, tx pgx.Tx, inv sink.Inventory, upserts []*sink.Item) error {
+// its cursor row's lock first, and this transaction does. The caller may
+// know it (absent: every upsert is Change.Absent); otherwise one key probe
+// per item tells. Otherwise, or on a table that does not allow it
+// (copyDirect), COPY fills a staging table merged in one statement, since
+// COPY cannot resolve conflicts itself.
+func (s *Sink) copyUpserts(ctx context.Context, tx pgx.Tx, inv sink.Inventory, upserts []*sink.Item, absent bool) error {
 	s.copies.Add(1)
 	rows := func(i int) ([]any, error) { return itemRow(inv, upserts[i]), nil }
 	if s.directAllowed() {
-		uids := make([]string, len(upserts))
-		for i, it := range upserts {
-			uids[i] = stripNUL(it.UID) // as itemRow stores it
-		}
-		var held bool
-		if err := tx.QueryRow(ctx, s.anyHeldSQL, inv.Cluster, inv.Namespace, inv.Name, uids).Scan(&held); err != nil {
-			return err
+		held := false
+		if !absent {
+			uids := make([]string, len(upserts))
+			for i, it := range upserts {
+				uids[i] = stripNUL(it.UID) // as itemRow stores it
+			}
+			if err := tx.QueryRow(ctx, s.anyHeldSQL, inv.Cluster, inv.Namespace, inv.Name, uids).Scan(&held); err != nil {
+				return err
+			}
 		}
 		if !held {
 			s.direct.Add(1)
@@ -565,18 +569,20 @@ func isRefusedCopy(err error) bool {
 }
 
 // dedupe keeps each item UID's last change: one statement cannot touch a
-// row twice, and the last change is the current state.
-func dedupe(changes []sink.Change) (deletes []string, upserts []*sink.Item, err error) {
+// row twice, and the last change is the current state. Absent is whether
+// every upsert kept is Change.Absent.
+func dedupe(changes []sink.Change) (deletes []string, upserts []*sink.Item, absent bool, err error) {
 	last := make(map[string]int, len(changes))
 	for i, c := range changes {
 		if c.Item == nil || c.Item.UID == "" {
-			return nil, nil, fmt.Errorf("change %d has no item UID", i)
+			return nil, nil, false, fmt.Errorf("change %d has no item UID", i)
 		}
 		if c.Op != sink.Upsert && c.Op != sink.Delete {
-			return nil, nil, fmt.Errorf("change %d has unknown op %q", i, c.Op)
+			return nil, nil, false, fmt.Errorf("change %d has unknown op %q", i, c.Op)
 		}
 		last[stripNUL(c.Item.UID)] = i // the row's key, as itemRow stores it
 	}
+	absent = true
 	for i, c := range changes {
 		if last[stripNUL(c.Item.UID)] != i {
 			continue
@@ -585,9 +591,12 @@ func dedupe(changes []sink.Change) (deletes []string, upserts []*sink.Item, err 
 			deletes = append(deletes, stripNUL(c.Item.UID)) // as itemRow stores it
 		} else {
 			upserts = append(upserts, c.Item)
+			// A UID with NUL is stored stripped, as another UID may be:
+			// the caller's Absent cannot speak for that key.
+			absent = absent && c.Absent && !strings.ContainsRune(c.Item.UID, 0)
 		}
 	}
-	return deletes, upserts, nil
+	return deletes, upserts, absent && len(upserts) > 0, nil
 }
 
 // itemRow is an item's values in itemColumns order, with NUL mapped as
