@@ -76,6 +76,12 @@ type Sink struct {
 	// only validates the spec and a directory that cannot be created yet
 	// shows up as a Probe failure.
 	root *os.Root
+	// synced holds, per document path, the checksum and generation of the
+	// last document this Sink wrote there and made durable, rename
+	// included. Rewriting the same (a due re-export: only exportedAt
+	// moves) skips the directory sync: a crash that loses that rename
+	// leaves the same items.
+	synced map[string]string
 }
 
 var _ sink.SnapshotSink = (*Sink)(nil)
@@ -318,19 +324,35 @@ func (s *Sink) Write(ctx context.Context, inv sink.Inventory, env *sink.Envelope
 	if err != nil {
 		return false, err
 	}
-	parent := path.Dir(p)
-	if err := root.MkdirAll(parent, dirMode); err != nil {
-		return false, fmt.Errorf("file sink: creating %s: %w", parent, err)
+	// Same items and generation: only exportedAt differs.
+	version := fmt.Sprintf("%s/%d", env.Checksum, env.Generation)
+	durable := s.synced[p] != version
+	err = writeAtomic(root, p, doc, durable)
+	if errors.Is(err, fs.ErrNotExist) {
+		// The first document in its directory (or someone removed it).
+		parent := path.Dir(p)
+		if err := root.MkdirAll(parent, dirMode); err != nil {
+			return false, fmt.Errorf("file sink: creating %s: %w", parent, err)
+		}
+		durable = true
+		err = writeAtomic(root, p, doc, durable)
 	}
-	if err := writeAtomic(root, p, doc); err != nil {
+	if err != nil {
+		delete(s.synced, p)
 		return false, fmt.Errorf("file sink: writing %s: %w", p, err)
+	}
+	if durable {
+		if s.synced == nil {
+			s.synced = map[string]string{}
+		}
+		s.synced[p] = version
 	}
 	return true, nil
 }
 
-// writeAtomic writes doc to name via a temp file and a rename, and syncs
-// the parent directory so the rename survives a crash.
-func writeAtomic(root *os.Root, name string, doc []byte) (err error) {
+// writeAtomic writes doc to name via a temp file and a rename, and with
+// durable syncs the parent directory so the rename survives a crash.
+func writeAtomic(root *os.Root, name string, doc []byte, durable bool) (err error) {
 	tmp, f, err := createTemp(root, name)
 	if err != nil {
 		return err
@@ -352,6 +374,9 @@ func writeAtomic(root *os.Root, name string, doc []byte) (err error) {
 	}
 	if err = root.Rename(tmp, name); err != nil {
 		return err
+	}
+	if !durable {
+		return nil
 	}
 	return syncDir(root, path.Dir(name))
 }
@@ -406,6 +431,7 @@ func (s *Sink) Delete(ctx context.Context, inv sink.Inventory) error {
 	if err != nil {
 		return err
 	}
+	delete(s.synced, p)
 	if err := root.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("file sink: removing %s: %w", p, err)
 	}
