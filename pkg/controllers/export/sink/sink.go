@@ -12,21 +12,31 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync/atomic"
 )
 
-type singleAttemptKey struct{}
+type probeKey struct{}
 
-// SingleAttempt marks ctx for a call that tries the destination once,
-// without the sink's own retries: the exporter's probe of a sink whose
-// breaker is open, paced by the exporter's backoff alone.
+// SingleAttempt marks ctx for a run that probes a sink whose breaker is
+// open: the sink tries the destination once, without retries of its own,
+// until the destination accepts something (Answered); from then on the run
+// retries as usual, so a long resync to a recovered destination is not
+// failed by one blip.
 func SingleAttempt(ctx context.Context) context.Context {
-	return context.WithValue(ctx, singleAttemptKey{}, true)
+	return context.WithValue(ctx, probeKey{}, new(atomic.Bool))
 }
 
-// IsSingleAttempt tells whether ctx asks for one attempt (SingleAttempt).
+// IsSingleAttempt tells whether ctx still asks for one attempt.
 func IsSingleAttempt(ctx context.Context) bool {
-	one, _ := ctx.Value(singleAttemptKey{}).(bool)
-	return one
+	answered, ok := ctx.Value(probeKey{}).(*atomic.Bool)
+	return ok && !answered.Load()
+}
+
+// Answered records that the destination accepted something in ctx's run.
+func Answered(ctx context.Context) {
+	if answered, ok := ctx.Value(probeKey{}).(*atomic.Bool); ok {
+		answered.Store(true)
+	}
 }
 
 // Inventory identifies the Inventory or ClusterInventory being exported,
@@ -105,11 +115,12 @@ const (
 type Change struct {
 	Op   Op
 	Item *Item
-	// Absent, on an Upsert to a database sink, says the destination does
+	// Absent, on an Upsert to a database sink, says the destination did
 	// not hold the item: the caller read the destination's state after
-	// claiming its epoch, which fences every other writer, and found no
-	// row. The sink may insert it without looking; were it there after
-	// all, Apply fails whole.
+	// claiming its epoch, which fences other exporters, and found no row.
+	// The sink may insert it without looking first, but must still cope
+	// with a row another writer of the same epoch (a second sink naming
+	// the same table) added since.
 	Absent bool
 }
 

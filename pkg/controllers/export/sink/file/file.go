@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"net/url"
 	"os"
@@ -324,8 +325,7 @@ func (s *Sink) Write(ctx context.Context, inv sink.Inventory, env *sink.Envelope
 	if err != nil {
 		return false, err
 	}
-	// Same items and generation: only exportedAt differs.
-	version := fmt.Sprintf("%s/%d", env.Checksum, env.Generation)
+	version := documentVersion(env)
 	durable := s.synced[p] != version
 	err = writeAtomic(root, p, doc, durable)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -348,6 +348,19 @@ func (s *Sink) Write(ctx context.Context, inv sink.Inventory, env *sink.Envelope
 		s.synced[p] = version
 	}
 	return true, nil
+}
+
+// documentVersion identifies what a document says besides exportedAt: the
+// items (checksum: keys and content hashes; an item's target and source
+// are in its key), the generation, and each item's profile, which neither
+// covers.
+func documentVersion(env *sink.Envelope) string {
+	h := fnv.New64a()
+	for _, it := range env.Items {
+		h.Write([]byte(it.Profile))
+		h.Write([]byte{0})
+	}
+	return fmt.Sprintf("%s/%d/%x", env.Checksum, env.Generation, h.Sum64())
 }
 
 // writeAtomic writes doc to name via a temp file and a rename, and with

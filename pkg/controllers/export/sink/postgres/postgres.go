@@ -509,8 +509,8 @@ func (s *Sink) Apply(ctx context.Context, inv sink.Inventory, changes []sink.Cha
 // them (a first export, new items), they go straight into it: nothing can
 // insert them meanwhile, since every writer of the inventory's rows holds
 // its cursor row's lock first, and this transaction does. The caller may
-// know it (absent: every upsert is Change.Absent); otherwise one key probe
-// per item tells. Otherwise, or on a table that does not allow it
+// know it (absent: every upsert is Change.Absent; were it wrong, the rows
+// are merged instead); otherwise one key probe per item tells. Otherwise, or on a table that does not allow it
 // (copyDirect), COPY fills a staging table merged in one statement, since
 // COPY cannot resolve conflicts itself.
 func (s *Sink) copyUpserts(ctx context.Context, tx pgx.Tx, inv sink.Inventory, upserts []*sink.Item, absent bool) error {
@@ -527,18 +527,24 @@ func (s *Sink) copyUpserts(ctx context.Context, tx pgx.Tx, inv sink.Inventory, u
 				return err
 			}
 		}
-		if !held {
+		if !held && !absent {
 			s.direct.Add(1)
-			// exported_at takes its default, now().
-			_, err := tx.CopyFrom(ctx, pgx.Identifier{s.rawSchema, s.rawTable}, itemColumns, pgx.CopyFromSlice(len(upserts), rows))
-			if isRefusedCopy(err) {
-				// Row-level security or privileges changed since the
-				// tables were checked: merge from now on.
-				s.ddlMu.Lock()
-				s.copyDirect = false
-				s.ddlMu.Unlock()
+			return s.copyDirectly(ctx, tx, upserts, rows)
+		}
+		if absent {
+			// Another writer of the same epoch (a second sink naming this
+			// table) may have added some since the caller read the table:
+			// try under a savepoint, merge if so.
+			sp, err := tx.Begin(ctx)
+			if err != nil {
+				return err
 			}
-			return err
+			if err := s.copyDirectly(ctx, sp, upserts, rows); err == nil {
+				s.direct.Add(1)
+				return sp.Commit(ctx)
+			} else if rerr := sp.Rollback(ctx); rerr != nil || !(isUniqueViolation(err) || isRefusedCopy(err)) {
+				return err
+			}
 		}
 	}
 	// The written columns only, with the table's types and no constraints:
@@ -552,6 +558,26 @@ func (s *Sink) copyUpserts(ctx context.Context, tx pgx.Tx, inv sink.Inventory, u
 	}
 	_, err := tx.Exec(ctx, s.fromStagingSQL)
 	return err
+}
+
+// copyDirectly COPYs the upserts into the table itself; exported_at takes
+// its default, now().
+func (s *Sink) copyDirectly(ctx context.Context, tx pgx.Tx, upserts []*sink.Item, rows func(int) ([]any, error)) error {
+	_, err := tx.CopyFrom(ctx, pgx.Identifier{s.rawSchema, s.rawTable}, itemColumns, pgx.CopyFromSlice(len(upserts), rows))
+	if isRefusedCopy(err) {
+		// Row-level security or privileges changed since the tables were
+		// checked: merge from now on.
+		s.ddlMu.Lock()
+		s.copyDirect = false
+		s.ddlMu.Unlock()
+	}
+	return err
+}
+
+// isUniqueViolation is SQLSTATE 23505.
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
 }
 
 func (s *Sink) directAllowed() bool {

@@ -186,7 +186,7 @@ func (s *Sink) Publish(ctx context.Context, _ sink.Inventory, events []sink.Even
 }
 
 // deliver posts one event until it is accepted, fails for good, runs out
-// of attempts (one when ctx asks for a single attempt) or ctx ends.
+// of attempts (one while ctx probes an open breaker) or ctx ends.
 func (s *Sink) deliver(ctx context.Context, body []byte) error {
 	maxAttempts := s.maxAttempts
 	if sink.IsSingleAttempt(ctx) {
@@ -201,6 +201,7 @@ func (s *Sink) deliver(ctx context.Context, body []byte) error {
 	for attempt := 1; ; attempt++ {
 		wait, err := s.attempt(ctx, body, sig)
 		if err == nil {
+			sink.Answered(ctx)
 			return nil
 		}
 		if errors.Is(err, sink.ErrPermanent) || ctx.Err() != nil {
