@@ -30,13 +30,12 @@ type ListWatches struct {
 	byType map[reflect.Type]storeOf
 }
 
-// storeOf is a resource's storage and its v1alpha1 list type.
+// storeOf is a resource's storage.
 type storeOf struct {
 	store interface {
 		rest.Lister
 		rest.Watcher
 	}
-	resource string
 }
 
 // ListWatch is the in-process ListerWatcher of the resource whose v1alpha1
@@ -66,14 +65,14 @@ func newListWatches(storage map[string]rest.Storage) (*ListWatches, error) {
 			continue // subresources
 		}
 		gvks, _, err := Scheme.ObjectKinds(store.New())
-		if err != nil || len(gvks) == 0 {
+		if err != nil {
 			return nil, fmt.Errorf("%s: %w", resource, err)
 		}
 		external, err := Scheme.New(v1alpha1.SchemeGroupVersion.WithKind(gvks[0].Kind))
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", resource, err)
 		}
-		l.byType[reflect.TypeOf(external)] = storeOf{store: store, resource: resource}
+		l.byType[reflect.TypeOf(external)] = storeOf{store: store}
 	}
 	return l, nil
 }
