@@ -125,11 +125,11 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 		out, err := r.Store.Create(ctx, obj, createValidation, options)
 		return out, storageError(err)
 	}
-	finish := func(runtime.Object) {}
-	if options == nil || !dryrun.IsDryRun(options.DryRun) {
-		// A dry run stores nothing: no count may hold a place for it.
-		ctx, finish = r.admission.BeginCreate(ctx)
+	var dryRun []string
+	if options != nil {
+		dryRun = options.DryRun
 	}
+	ctx, finish := r.beginCreate(ctx, dryRun)
 	var out runtime.Object
 	var err error
 	defer func() { finish(out) }() // nil unless stored, panics included
@@ -144,9 +144,13 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 // kind's admission allows it. Patches and applies come through here too.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
 	finish := func(runtime.Object) {}
-	if r.admission != nil && forceAllowCreate && (options == nil || !dryrun.IsDryRun(options.DryRun)) {
+	if forceAllowCreate {
 		// A server-side apply may create the object.
-		ctx, finish = r.admission.BeginCreate(ctx)
+		var dryRun []string
+		if options != nil {
+			dryRun = options.DryRun
+		}
+		ctx, finish = r.beginCreate(ctx, dryRun)
 	}
 	var stored runtime.Object
 	defer func() { finish(stored) }() // nil unless created, panics included
@@ -155,6 +159,15 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 		stored = out
 	}
 	return out, created, storageError(err)
+}
+
+// beginCreate starts a create the kind's admission counts. A dry run
+// stores nothing, so no count may hold a place for it.
+func (r *REST) beginCreate(ctx context.Context, dryRun []string) (context.Context, func(created runtime.Object)) {
+	if r.admission == nil || dryrun.IsDryRun(dryRun) {
+		return ctx, func(runtime.Object) {}
+	}
+	return r.admission.BeginCreate(ctx)
 }
 
 // admitCreate runs the request's own validating admission, then the kind's.
