@@ -37,7 +37,13 @@ const (
 	aggListCalls    = 30   // list calls (at least one per client)
 	aggWatchUpdates = 200  // updates each watcher must receive
 	aggWarmup       = 20   // objects created and touched per path before measuring
-	aggLiveObjects  = 1000 // objects of "create, exported", deleted after each run (as many as "create": a p99 of 100 is their second-slowest)
+	aggLiveObjects  = 1000 // objects of "create, exported", deleted after each round (as many as "create": a p99 of 100 is their second-slowest)
+	// aggRounds splits every operation's calls (objects, list calls, watch
+	// updates) into rounds, with the paths taking turns round by round in
+	// a rotating order; each path's latencies are pooled over its rounds.
+	// A path measured in one stretch would own whatever slow moment falls
+	// into it (a burst of the idle fleet's re-exports, a compaction).
+	aggRounds = 5
 )
 
 // The three ways of reaching the same-shaped Inventory.
@@ -227,75 +233,101 @@ func BenchmarkAggregatedVsCRD(b *testing.B) {
 		// suffix of the operation's namespace after the level ("c8"); ""
 		// for the shared measured objects.
 		suffix string
-		run    func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error)
-		// after runs unmeasured once the operation is measured.
+		// run measures one round: the objects (or list calls) lo..hi-1.
+		run func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, c, lo, hi int) (load.Result, error)
+		// calls is how many objects (or calls) the rounds share.
+		calls func(c int) int
+		// after runs unmeasured once a round is measured.
 		after func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface) error
+	}
+	objects := func(n int) func(int) int { return func(int) int { return n } }
+	// inRange runs op on the objects lo..hi-1.
+	inRange := func(ctx context.Context, name string, c, lo, hi int, op func(ctx context.Context, i int) error) (load.Result, error) {
+		return load.Run(ctx, name, c, hi-lo, func(ctx context.Context, i int) error { return op(ctx, lo+i) })
 	}
 	ops := []operation{
 		{name: "create, exported", suffix: "-exported",
 			title: fmt.Sprintf("create, exported (%d objects per path and level, not suspended: kollect's exporter acts on each; deleted after each run, unmeasured)", aggLiveObjects),
-			run: func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
-				return load.Run(ctx, "create, exported", c, aggLiveObjects, func(ctx context.Context, i int) error {
-					_, err := ri.Create(ctx, bodies.object(p.gvr, ns, i, false), metav1.CreateOptions{})
+			run: func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, c, lo, hi int) (load.Result, error) {
+				return inRange(ctx, "create, exported", c, lo, hi, func(ctx context.Context, i int) error {
+					_, err := ri.Create(ctx, bodies.object(p.gvr, "", i, false), metav1.CreateOptions{})
 					return err
 				})
 			},
+			calls: objects(aggLiveObjects),
 			after: deleteAll,
 		},
 		{name: "create", title: fmt.Sprintf("create (%d objects per path and level, fresh namespace, suspended)", aggObjects),
-			run: func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
-				return load.Run(ctx, "create", c, aggObjects, func(ctx context.Context, i int) error {
-					_, err := ri.Create(ctx, bodies.object(p.gvr, ns, i, true), metav1.CreateOptions{})
+			run: func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, c, lo, hi int) (load.Result, error) {
+				return inRange(ctx, "create", c, lo, hi, func(ctx context.Context, i int) error {
+					_, err := ri.Create(ctx, bodies.object(p.gvr, "", i, true), metav1.CreateOptions{})
 					return err
 				})
 			},
+			calls: objects(aggObjects),
 			after: waitControllersSaw,
 		},
 		// Before get and list, so that both stores hold the same objects:
 		// kollect derives a status on create, a CRD's starts empty.
-		{name: "update-status", title: "update-status (GET + PUT /status, full status body; latency includes the GET)", run: func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
-			return load.Run(ctx, "update-status", c, aggObjects, func(ctx context.Context, i int) error {
+		{name: "update-status", title: "update-status (GET + PUT /status, full status body; latency includes the GET)", calls: objects(aggObjects), run: func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, c, lo, hi int) (load.Result, error) {
+			return inRange(ctx, "update-status", c, lo, hi, func(ctx context.Context, i int) error {
 				return bodies.updateStatus(ctx, ri, i)
 			})
 		}},
-		{name: "get", title: "get", run: func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
-			return load.Run(ctx, "get", c, aggObjects, func(ctx context.Context, i int) error {
+		{name: "get", title: "get", calls: objects(aggObjects), run: func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, c, lo, hi int) (load.Result, error) {
+			return inRange(ctx, "get", c, lo, hi, func(ctx context.Context, i int) error {
 				_, err := ri.Get(ctx, objName(i), metav1.GetOptions{})
 				return err
 			})
 		}},
-		{name: fmt.Sprintf("list %d", aggObjects), title: fmt.Sprintf("list of %d objects (%d calls, or one per client if more)", aggObjects, aggListCalls), run: func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
-			return load.Run(ctx, fmt.Sprintf("list %d", aggObjects), c, max(aggListCalls, c), func(ctx context.Context, _ int) error {
-				l, err := ri.List(ctx, metav1.ListOptions{})
-				if err == nil && len(l.Items) != aggObjects {
-					err = fmt.Errorf("listed %d, want %d", len(l.Items), aggObjects)
-				}
-				return err
-			})
-		}},
-		{name: "watch fan-out", title: fmt.Sprintf("watch fan-out (clients = watchers on the namespace; %d updates by one writer; ops = events delivered, ops/s = events/s; latency from the update's response to receipt, negative clamped to 0)", aggWatchUpdates), run: func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, ns string, c int) (load.Result, error) {
-			return watchFanOut(ctx, ri, c, aggWatchUpdates)
-		}},
+		{name: fmt.Sprintf("list %d", aggObjects), title: fmt.Sprintf("list of %d objects (%d calls, and at least one per client in every round)", aggObjects, aggListCalls),
+			calls: func(c int) int { return max(aggListCalls, c*aggRounds) },
+			run: func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, c, lo, hi int) (load.Result, error) {
+				return inRange(ctx, fmt.Sprintf("list %d", aggObjects), c, lo, hi, func(ctx context.Context, _ int) error {
+					l, err := ri.List(ctx, metav1.ListOptions{})
+					if err == nil && len(l.Items) != aggObjects {
+						err = fmt.Errorf("listed %d, want %d", len(l.Items), aggObjects)
+					}
+					return err
+				})
+			}},
+		{name: "watch fan-out", title: fmt.Sprintf("watch fan-out (clients = watchers on the namespace, new ones every round; %d updates by one writer; ops = events delivered, ops/s = events/s; latency from the update's response to receipt, negative clamped to 0)", aggWatchUpdates),
+			calls: objects(aggWatchUpdates),
+			run: func(ctx context.Context, p apiPath, ri dynamic.ResourceInterface, c, lo, hi int) (load.Result, error) {
+				return watchFanOut(ctx, ri, c, lo, hi)
+			}},
 	}
 
-	// Interleaved (level, operation, path) so that slow drift on a shared
-	// machine (compaction, other work) spreads over the paths alike.
+	// Interleaved (level, operation, round, path), the paths' order
+	// rotating round by round, so that slow drift and slow moments on a
+	// shared machine (compaction, the idle fleet, other work) spread over
+	// the paths alike.
 	var samples []load.Sample
 	for _, c := range levels {
 		for _, op := range ops {
-			for _, p := range paths {
-				ns := p.namespace(fmt.Sprintf("c%d", c) + op.suffix)
-				ri := p.client.Resource(p.gvr).Namespace(ns)
-				r, err := op.run(ctx, p, ri, ns, c)
-				if err != nil {
-					b.Fatalf("%s, %s, %d clients: %v", op.name, p.name, c, err)
-				}
-				if op.after != nil {
-					if err := op.after(ctx, p, ri); err != nil {
-						b.Fatalf("after %s, %s, %d clients: %v", op.name, p.name, c, err)
+			rounds := make([][]load.Result, len(paths))
+			calls := op.calls(c)
+			for round := range aggRounds {
+				lo, hi := calls*round/aggRounds, calls*(round+1)/aggRounds
+				for k := range paths {
+					n := (k + round) % len(paths)
+					p := paths[n]
+					ri := p.client.Resource(p.gvr).Namespace(p.namespace(fmt.Sprintf("c%d", c) + op.suffix))
+					r, err := op.run(ctx, p, ri, c, lo, hi)
+					if err != nil {
+						b.Fatalf("%s, %s, %d clients, round %d: %v", op.name, p.name, c, round+1, err)
 					}
+					if op.after != nil {
+						if err := op.after(ctx, p, ri); err != nil {
+							b.Fatalf("after %s, %s, %d clients, round %d: %v", op.name, p.name, c, round+1, err)
+						}
+					}
+					rounds[n] = append(rounds[n], r)
 				}
-				fmt.Fprintf(os.Stderr, "bench: %-10s %-13s c=%-2d %5d ops %8.0f ops/s p50 %8.2fms p99 %8.2fms\n",
+			}
+			for n, p := range paths {
+				r := load.Merge(rounds[n]...)
+				fmt.Fprintf(os.Stderr, "bench: %-10s %-16s c=%-2d %5d ops %8.0f ops/s p50 %8.2fms p99 %8.2fms\n",
 					p.name, op.name, c, r.Ops, r.Throughput(), msf(r.P50), msf(r.P99))
 				samples = append(samples, load.Sample{Path: p.name, Result: r})
 			}
@@ -390,7 +422,7 @@ func (p apiPath) warmUp(ctx context.Context, bodies *inventoryBodies) (int, erro
 	if _, err := ri.List(ctx, metav1.ListOptions{}); err != nil {
 		return 0, fmt.Errorf("%s warm-up: %w", p.name, err)
 	}
-	if _, err := watchFanOut(ctx, ri, 2, aggWarmup); err != nil {
+	if _, err := watchFanOut(ctx, ri, 2, 0, aggWarmup); err != nil {
 		return 0, fmt.Errorf("%s warm-up: %w", p.name, err)
 	}
 	return size, nil
@@ -559,12 +591,13 @@ func (ib *inventoryBodies) updateStatus(ctx context.Context, ri dynamic.Resource
 }
 
 // watchFanOut starts watchers watches on the namespace from its current
-// resourceVersion, then patches objects 0..updates-1 (a label) one after
+// resourceVersion, then patches objects lo..hi-1 (a label) one after
 // the other, and measures for every watcher and update the time from the
 // patch's response to the event's receipt (an event that arrives before
 // the response counts 0). Elapsed runs from the first patch to the last
 // event received.
-func watchFanOut(ctx context.Context, ri dynamic.ResourceInterface, watchers, updates int) (load.Result, error) {
+func watchFanOut(ctx context.Context, ri dynamic.ResourceInterface, watchers, lo, hi int) (load.Result, error) {
+	updates := hi - lo
 	l, err := ri.List(ctx, metav1.ListOptions{Limit: 1})
 	if err != nil {
 		return load.Result{}, err
@@ -612,6 +645,7 @@ func watchFanOut(ctx context.Context, ri dynamic.ResourceInterface, watchers, up
 						continue
 					}
 					i, ok := objIndex(u.GetName())
+					i -= lo
 					if !ok || i < 0 || i >= updates || !recv[n][i].IsZero() {
 						continue
 					}
@@ -628,7 +662,7 @@ func watchFanOut(ctx context.Context, ri dynamic.ResourceInterface, watchers, up
 	begin := time.Now()
 	for i := range updates {
 		patch := fmt.Appendf(nil, `{"metadata":{"labels":{"bench.kollect.dev/seq":"%d"}}}`, i)
-		if _, err := ri.Patch(ctx, objName(i), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		if _, err := ri.Patch(ctx, objName(lo+i), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			cancel()
 			wg.Wait()
 			return load.Result{}, fmt.Errorf("update %d: %w", i, err)

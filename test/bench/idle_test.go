@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"text/tabwriter"
 	"time"
@@ -288,6 +289,9 @@ type idleFigures struct {
 	// requests are the exporters' Inventory status entry writes, no-op
 	// writes included.
 	requests float64
+	// perSecond counts the status writes seen in each second of the
+	// window: how evenly the fleet's due writes spread over time.
+	perSecond []int
 	// inventories by class.
 	inventories      map[string]int
 	receiverRequests int64
@@ -347,6 +351,7 @@ func (f *idleFleet) measure(ctx context.Context) (*idleFigures, error) {
 			fig.due[class] += dueWrites(e, start, end)
 		}
 	}
+	fig.perSecond = make([]int, max(int(f.opts.window/time.Second), 1))
 	timer := time.NewTimer(f.opts.window)
 	defer timer.Stop()
 collect:
@@ -361,6 +366,7 @@ collect:
 			}
 			if inv, ok := ev.Object.(*v1alpha1.Inventory); ok && ev.Type == watch.Modified {
 				fig.writes[inv.Labels[idleLabel]]++
+				fig.perSecond[min(int(time.Since(start)/time.Second), len(fig.perSecond)-1)]++
 			}
 		case <-timer.C:
 			break collect
@@ -463,10 +469,29 @@ func (f *idleFleet) print(w io.Writer, fig *idleFigures, conditions string) {
 		fmt.Fprintf(tw, "  per failing Inventory\t%.2f\t≤ due %.2f\t\t\n", perMin(fig.writes[classFailing])/float64(nFailing), perMin(fig.due[classFailing])/float64(nFailing))
 	}
 	fmt.Fprintf(tw, "status entry writes/min (kollect_export_status_entry_writes_total; no-op writes too)\t%.0f\t≤ due %.0f\t%s\t\n", perMin(fig.requests), perMin(allDue), ratio(fig.requests, allDue))
+	busiest, p90, idle := spread(fig.perSecond)
+	fmt.Fprintf(tw, "status writes in the busiest second of the window (context: the mean is %.1f/s)\t%d\t\t\t\n", allWrites/fig.window.Seconds(), busiest)
+	fmt.Fprintf(tw, "  in the 90th-percentile second; seconds with none\t%d; %d of %d\t\t\t\n", p90, idle, len(fig.perSecond))
 	for _, p := range f.procs[1:] {
 		fmt.Fprintf(tw, "%s CPU, %% of one core (context)\t%.2f %%\t\t\t\n", p.name, pct(p.name))
 	}
 	tw.Flush()
+}
+
+// spread summarizes writes per second: the busiest second, the 90th
+// percentile second and how many seconds saw none. Exporters created
+// together and re-exporting on the same period write in bursts.
+func spread(perSecond []int) (busiest, p90, none int) {
+	sorted := slices.Sorted(slices.Values(perSecond))
+	if len(sorted) == 0 {
+		return 0, 0, 0
+	}
+	for _, n := range sorted {
+		if n == 0 {
+			none++
+		}
+	}
+	return sorted[len(sorted)-1], sorted[len(sorted)*9/10], none
 }
 
 // idleConditions names the fleet in the API comparison's conditions.

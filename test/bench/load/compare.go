@@ -3,7 +3,7 @@ package load
 import (
 	"fmt"
 	"io"
-	"sort"
+	"slices"
 	"text/tabwriter"
 	"time"
 )
@@ -19,16 +19,9 @@ type Sample struct {
 // example per watch event rather than per call): ops is len(lat), elapsed
 // the wall time they were spread over.
 func FromLatencies(name string, concurrency int, lat []time.Duration, elapsed time.Duration) Result {
-	sorted := append([]time.Duration(nil), lat...)
-	sort.Slice(sorted, func(a, b int) bool { return sorted[a] < sorted[b] })
-	return Result{
-		Name:        name,
-		Concurrency: concurrency,
-		Ops:         len(sorted),
-		Elapsed:     elapsed,
-		P50:         percentile(sorted, 0.50),
-		P99:         percentile(sorted, 0.99),
-	}
+	r := Result{Name: name, Concurrency: concurrency, Ops: len(lat), Elapsed: elapsed}
+	r.setLatencies(slices.Clone(lat))
+	return r
 }
 
 // PrintComparison writes one operation's samples as a table under a title:

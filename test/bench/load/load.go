@@ -10,7 +10,7 @@ import (
 	"io"
 	"os"
 	"runtime"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +26,9 @@ type Result struct {
 	Errors      int64
 	Elapsed     time.Duration
 	P50, P99    time.Duration
+	// latencies, sorted, so that Merge can pool the samples of several
+	// rounds into one distribution.
+	latencies []time.Duration
 }
 
 // Throughput is operations per second.
@@ -65,9 +68,35 @@ func Run(ctx context.Context, name string, concurrency, ops int, op func(ctx con
 	}
 	wg.Wait()
 	r := Result{Name: name, Concurrency: concurrency, Ops: ops, Errors: errs.Load(), Elapsed: time.Since(start)}
-	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
-	r.P50, r.P99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	r.setLatencies(lat)
 	return r, firstErr
+}
+
+func (r *Result) setLatencies(lat []time.Duration) {
+	slices.Sort(lat)
+	r.latencies = lat
+	r.P50, r.P99 = percentile(lat, 0.50), percentile(lat, 0.99)
+}
+
+// Merge pools the rounds of one operation measured in parts: their
+// operations, errors and wall times add up, and the percentiles are those
+// of all their latencies together. A p99 of one short round is a handful
+// of samples; pooled rounds interleaved with the other paths' give every
+// path the same share of the machine's slow moments.
+func Merge(rounds ...Result) Result {
+	if len(rounds) == 0 {
+		return Result{}
+	}
+	out := Result{Name: rounds[0].Name, Concurrency: rounds[0].Concurrency}
+	var lat []time.Duration
+	for _, r := range rounds {
+		out.Ops += r.Ops
+		out.Errors += r.Errors
+		out.Elapsed += r.Elapsed
+		lat = append(lat, r.latencies...)
+	}
+	out.setLatencies(lat)
+	return out
 }
 
 func percentile(sorted []time.Duration, p float64) time.Duration {
