@@ -364,16 +364,27 @@ func documentVersion(env *sink.Envelope) string {
 }
 
 // writeAtomic writes doc to name via a temp file and a rename, and with
-// durable syncs the parent directory so the rename survives a crash.
+// durable syncs the parent directory so the rename survives a crash. The
+// parent is opened once and every step names a file in it: each path an
+// os.Root resolves costs a system call per element, and a due re-export
+// (every interval, for every inventory) would resolve it three times.
 func writeAtomic(root *os.Root, name string, doc []byte, durable bool) (err error) {
-	tmp, f, err := createTemp(root, name)
+	dir, base := path.Split(name)
+	parent := root
+	if dir != "" {
+		if parent, err = root.OpenRoot(path.Clean(dir)); err != nil {
+			return err
+		}
+		defer parent.Close()
+	}
+	tmp, f, err := createTemp(parent, base)
 	if err != nil {
 		return err
 	}
 	defer func() {
 		if err != nil {
 			_ = f.Close()
-			_ = root.Remove(tmp)
+			_ = parent.Remove(tmp)
 		}
 	}()
 	if _, err = f.Write(doc); err != nil {
@@ -385,13 +396,13 @@ func writeAtomic(root *os.Root, name string, doc []byte, durable bool) (err erro
 	if err = f.Close(); err != nil {
 		return err
 	}
-	if err = root.Rename(tmp, name); err != nil {
+	if err = parent.Rename(tmp, base); err != nil {
 		return err
 	}
 	if !durable {
 		return nil
 	}
-	return syncDir(root, path.Dir(name))
+	return syncDir(parent, ".")
 }
 
 // createTemp creates a new hidden file next to name. The leading dot and
