@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -104,13 +105,41 @@ type exporter struct {
 	lastGeneration int64
 	lastExport     time.Time
 	lastReport     time.Time
-	failures       int
-	notBefore      time.Time
-	client         *sinkClient
+	// spread, in [0, 1), is this exporter's share of a period by which
+	// it delays the first re-export (or watchdog refresh) after an export
+	// of changes: exporters created or changed together would otherwise
+	// write together once every period from then on.
+	spread float64
+	// spreadNext: the next re-export or refresh is the first since such
+	// an export, and waits for its share.
+	spreadNext bool
+	failures   int
+	notBefore  time.Time
+	client     *sinkClient
 }
 
 func newExporter(h host, key exporterKey, v *view) *exporter {
-	return &exporter{h: h, key: key, sub: v.subscribe(), done: make(chan struct{})}
+	return &exporter{h: h, key: key, sub: v.subscribe(), done: make(chan struct{}), spread: spreadOf(key), spreadNext: true}
+}
+
+// spreadOf places an exporter within a period, from its key: stable across
+// restarts and replicas, and uniform over the exporters of a fleet.
+func spreadOf(key exporterKey) float64 {
+	h := fnv.New64a()
+	h.Write([]byte(key.String()))
+	return float64(h.Sum64()>>11) / (1 << 53)
+}
+
+// delay is how much later than period after the last export (or report)
+// the next unchanged re-export (or watchdog refresh) comes: the
+// exporter's share of the period, at most one watchdog period, once after
+// each export of changes; nothing otherwise, so that at rest the period is
+// exact.
+func (e *exporter) delay(period, watchdog time.Duration) time.Duration {
+	if !e.spreadNext || period <= 0 {
+		return 0
+	}
+	return time.Duration(e.spread * float64(min(period, watchdog)))
 }
 
 func (e *exporter) poke() { e.sub.poke() }
@@ -222,7 +251,7 @@ func (e *exporter) runOnce(ctx context.Context) time.Time {
 	}
 	changed := sum.owed > 0 || sum.checksum != e.lastChecksum
 	bumped := cfg.generation != e.lastGeneration
-	act, due := decide(now, e.lastExport, cfg.interval, changed, bumped)
+	act, due := decide(now, e.lastExport, cfg.interval+e.delay(cfg.interval, set.watchdog), changed, bumped)
 	if act == actDebounce && ((!e.known && e.key.family != v1alpha1.SinkFamilySnapshot) || e.respec) {
 		// First run of a row or event sink since this exporter started,
 		// or a sink whose spec (or Secret) changed: bring it up to date
@@ -241,11 +270,22 @@ func (e *exporter) runOnce(ctx context.Context) time.Time {
 			// Another writer's entry (a former leader's last word): the
 			// sink is fine and holds what this exporter delivered.
 			(e.known && cfg.entry.Outcome == v1alpha1.OutcomeFailed && e.failures == 0) || cfg.entry.LastChecksum != e.lastChecksum
-		if moved || (cfg.interval <= 0 && now.Sub(e.lastReport) >= set.watchdog*9/10) {
+		// With 0s the watchdog refreshes the entry once per period (a
+		// tenth early is on time: wake-ups drift), and wakes for it.
+		var refresh time.Time
+		refreshDue := false
+		if cfg.interval <= 0 {
+			d := e.delay(set.watchdog, set.watchdog)
+			refresh = e.lastReport.Add(set.watchdog + d)
+			refreshDue = !now.Before(e.lastReport.Add(set.watchdog*9/10 + d))
+		}
+		if moved || refreshDue {
 			e.report(ctx, cfg, entryUpdate{outcome: v1alpha1.OutcomeDebounced, checksum: e.lastChecksum, count: sum.count, due: due,
 				message: debounceMessage(cfg.interval)})
+			e.spreadNext = e.spreadNext && !refreshDue
+			return earliest(due, watchdog)
 		}
-		return earliest(due, watchdog)
+		return earliest(due, earliest(refresh, watchdog))
 	}
 
 	full := act == actFull
@@ -282,7 +322,10 @@ func (e *exporter) runOnce(ctx context.Context) time.Time {
 		exportedAt = now
 	}
 	e.lastExport = exportedAt
-	_, due = decide(now, e.lastExport, cfg.interval, false, false)
+	// An unchanged re-export keeps its place in the period; an export of
+	// changes may have come at the same moment as many others.
+	e.spreadNext = act != actFull || changed || bumped
+	_, due = decide(now, e.lastExport, cfg.interval+e.delay(cfg.interval, set.watchdog), false, false)
 	e.report(ctx, cfg, entryUpdate{outcome: v1alpha1.OutcomeExported, checksum: b.checksum, count: b.count, due: due,
 		exportedAt: exportedAt, message: exportMessage(act, wrote)})
 	return earliest(due, watchdog)
@@ -329,6 +372,10 @@ func (e *exporter) seed(cfg *resolved) {
 	e.cursor = cfg.entry.Cursor
 	if cfg.entry.LastExportTime != nil {
 		e.lastExport = cfg.entry.LastExportTime.Time
+	}
+	if cfg.entry.LastAttemptTime != nil {
+		// The watchdog refresh keeps its place in the period too.
+		e.lastReport = cfg.entry.LastAttemptTime.Time
 	}
 	e.failures = int(cfg.entry.ConsecutiveFailures)
 }
