@@ -329,12 +329,11 @@ func (s *Sink) Write(ctx context.Context, inv sink.Inventory, env *sink.Envelope
 	durable := s.synced[p] != version
 	err = writeAtomic(root, p, doc, durable)
 	if errors.Is(err, fs.ErrNotExist) {
-		// The first document in its directory (or someone removed it).
-		parent := path.Dir(p)
-		if err := root.MkdirAll(parent, dirMode); err != nil {
-			return false, fmt.Errorf("file sink: creating %s: %w", parent, err)
-		}
+		// The first document in its directory, or someone removed it.
 		durable = true
+		if root, err = s.makeParent(root, p); err != nil {
+			return false, err
+		}
 		err = writeAtomic(root, p, doc, durable)
 	}
 	if err != nil {
@@ -348,6 +347,26 @@ func (s *Sink) Write(ctx context.Context, inv sink.Inventory, env *sink.Envelope
 		s.synced[p] = version
 	}
 	return true, nil
+}
+
+// makeParent creates the directories of the document p. When the sink's
+// own directory was removed too, the handle on it names nothing: it is
+// opened (and created) again, as on the first write.
+func (s *Sink) makeParent(root *os.Root, p string) (*os.Root, error) {
+	parent := path.Dir(p)
+	err := root.MkdirAll(parent, dirMode)
+	if errors.Is(err, fs.ErrNotExist) {
+		_ = s.root.Close()
+		s.root = nil
+		if root, err = s.openRoot(); err != nil {
+			return nil, err
+		}
+		err = root.MkdirAll(parent, dirMode)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("file sink: creating %s: %w", parent, err)
+	}
+	return root, nil
 }
 
 // documentVersion identifies what a document says besides exportedAt: the

@@ -185,25 +185,31 @@ func TestOverwrite(t *testing.T) {
 // first write (by hand, or by a Delete of the last document in it) is
 // created again, and a same-content rewrite still replaces the document.
 func TestRewriteAfterDirectoryRemoved(t *testing.T) {
-	ctx := context.Background()
-	s, dir := newSink(t, t.TempDir(), "", "")
-	doc := filepath.Join(dir, "east", "team-a", "apps.json")
-	for i, at := range []time.Time{exportedAt, exportedAt.Add(time.Minute), exportedAt.Add(2 * time.Minute)} {
-		if i == 2 {
-			if err := os.RemoveAll(filepath.Join(dir, "east")); err != nil {
-				t.Fatal(err)
+	// The document's directory, and the sink's own directory (the one the
+	// sink keeps open between writes).
+	for _, removed := range []string{"east", "."} {
+		t.Run(removed, func(t *testing.T) {
+			ctx := context.Background()
+			s, dir := newSink(t, t.TempDir(), "", "")
+			doc := filepath.Join(dir, "east", "team-a", "apps.json")
+			for i, at := range []time.Time{exportedAt, exportedAt.Add(time.Minute), exportedAt.Add(2 * time.Minute), exportedAt.Add(3 * time.Minute)} {
+				if i == 2 {
+					if err := os.RemoveAll(filepath.Join(dir, removed)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if _, err := s.Write(ctx, nsInv, envelope(nsInv, 1, at, item("a", "x", "1"))); err != nil {
+					t.Fatalf("write %d: %v", i, err)
+				}
+				got, err := os.ReadFile(doc)
+				if err != nil {
+					t.Fatalf("after write %d: %v", i, err)
+				}
+				if !strings.Contains(string(got), at.Format(time.RFC3339)) {
+					t.Errorf("after write %d the document does not say exportedAt %s", i, at.Format(time.RFC3339))
+				}
 			}
-		}
-		if _, err := s.Write(ctx, nsInv, envelope(nsInv, 1, at, item("a", "x", "1"))); err != nil {
-			t.Fatalf("write %d: %v", i, err)
-		}
-		got, err := os.ReadFile(doc)
-		if err != nil {
-			t.Fatalf("after write %d: %v", i, err)
-		}
-		if !strings.Contains(string(got), at.Format(time.RFC3339)) {
-			t.Errorf("after write %d the document does not say exportedAt %s", i, at.Format(time.RFC3339))
-		}
+		})
 	}
 }
 
