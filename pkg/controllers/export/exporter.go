@@ -2,9 +2,10 @@ package export
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -125,9 +126,11 @@ func newExporter(h host, key exporterKey, v *view) *exporter {
 // spreadOf places an exporter within a period, from its key: stable across
 // restarts and replicas, and uniform over the exporters of a fleet.
 func spreadOf(key exporterKey) float64 {
-	h := fnv.New64a()
-	h.Write([]byte(key.String()))
-	return float64(h.Sum64()>>11) / (1 << 53)
+	// A well-mixed hash: keys that differ only in their last bytes (one
+	// inventory's sinks sink-00 … sink-99) must land apart; FNV alone kept
+	// them within microseconds of each other.
+	sum := sha256.Sum256([]byte(key.String()))
+	return float64(binary.BigEndian.Uint64(sum[:8])>>11) / (1 << 53)
 }
 
 // delay is how much later than period after the last export (or report)
@@ -230,7 +233,7 @@ func (e *exporter) runOnce(ctx context.Context) time.Time {
 		return watchdog
 	}
 	if !e.seeded {
-		e.seed(cfg)
+		e.seed(cfg, set.watchdog)
 	}
 	if spec := fingerprintOf(cfg.sink); spec != e.sinkSpec {
 		// A new sink spec may name another destination: find out what
@@ -270,14 +273,16 @@ func (e *exporter) runOnce(ctx context.Context) time.Time {
 			// Another writer's entry (a former leader's last word): the
 			// sink is fine and holds what this exporter delivered.
 			(e.known && cfg.entry.Outcome == v1alpha1.OutcomeFailed && e.failures == 0) || cfg.entry.LastChecksum != e.lastChecksum
-		// With 0s the watchdog refreshes the entry once per period (a
-		// tenth early is on time: wake-ups drift), and wakes for it.
+		// With 0s the watchdog refreshes the entry once per period, and
+		// wakes for it. Up to a second early is on time: the watchdog's
+		// own wake-up comes a run's length before the refresh (the report
+		// ends after the run starts), and a refresh due within a second
+		// rides on it rather than waking again.
 		var refresh time.Time
 		refreshDue := false
 		if cfg.interval <= 0 {
-			d := e.delay(set.watchdog, set.watchdog)
-			refresh = e.lastReport.Add(set.watchdog + d)
-			refreshDue = !now.Before(e.lastReport.Add(set.watchdog*9/10 + d))
+			refresh = e.lastReport.Add(set.watchdog + e.delay(set.watchdog, set.watchdog))
+			refreshDue = !now.Before(refresh.Add(-min(set.watchdog/10, time.Second)))
 		}
 		if moved || refreshDue {
 			e.report(ctx, cfg, entryUpdate{outcome: v1alpha1.OutcomeDebounced, checksum: e.lastChecksum, count: sum.count, due: due,
@@ -362,22 +367,34 @@ func earliest(a, b time.Time) time.Time {
 // so that a restart neither re-exports an unchanged snapshot early nor
 // forgets a pending generation. What a row or event sink holds is not
 // taken from status: the exporter finds out (diff or resync).
-func (e *exporter) seed(cfg *resolved) {
+func (e *exporter) seed(cfg *resolved, watchdog time.Duration) {
 	e.seeded = true
-	if cfg.entry == nil {
+	en := cfg.entry
+	if en == nil {
 		return
 	}
-	e.lastGeneration = cfg.entry.ObservedGeneration
-	e.lastChecksum = cfg.entry.LastChecksum
-	e.cursor = cfg.entry.Cursor
-	if cfg.entry.LastExportTime != nil {
-		e.lastExport = cfg.entry.LastExportTime.Time
+	e.lastGeneration = en.ObservedGeneration
+	e.lastChecksum = en.LastChecksum
+	e.cursor = en.Cursor
+	if en.LastExportTime != nil {
+		e.lastExport = en.LastExportTime.Time
 	}
-	if cfg.entry.LastAttemptTime != nil {
+	if en.LastAttemptTime != nil {
 		// The watchdog refresh keeps its place in the period too.
-		e.lastReport = cfg.entry.LastAttemptTime.Time
+		e.lastReport = en.LastAttemptTime.Time
 	}
-	e.failures = int(cfg.entry.ConsecutiveFailures)
+	e.failures = int(en.ConsecutiveFailures)
+	// Whether the share is still to come, as the entry shows it (its
+	// times are whole seconds): a restart or a new leader keeps the
+	// exporter's place instead of adding the share again.
+	switch {
+	case en.LastExportTime == nil:
+	case cfg.interval > 0 && en.NextDueTime != nil:
+		e.spreadNext = en.NextDueTime.Sub(en.LastExportTime.Add(cfg.interval)) >= time.Second
+	case cfg.interval <= 0 && en.LastAttemptTime != nil:
+		// The last report was the export itself, not a refresh.
+		e.spreadNext = en.LastAttemptTime.Sub(en.LastExportTime.Time) < watchdog/2
+	}
 }
 
 // failed records a failed run: the batch is owed again, the next attempt
@@ -452,9 +469,9 @@ type entryUpdate struct {
 	exportedAt time.Time
 }
 
-// report writes the exporter's own status entry with server-side apply,
-// as its own field manager: entries of other sinks are not touched, and
-// the server derives the aggregate in the same write.
+// report writes the exporter's own status entry, in process: entries of
+// other sinks are not touched, and the server derives the aggregate in the
+// same write.
 func (e *exporter) report(ctx context.Context, cfg *resolved, u entryUpdate) {
 	if cfg == nil {
 		return

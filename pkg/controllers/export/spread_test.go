@@ -69,20 +69,8 @@ func TestReexportsSpreadOverThePeriod(t *testing.T) {
 func TestWatchdogRefreshSpreads(t *testing.T) {
 	ctx := reviewCtx(t)
 	const watchdog = 30 * time.Second
-	obj := reviewFileSink(t)
-	h := &reviewHost{inv: sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv"},
-		obj: obj, root: t.TempDir(), maxAge: time.Hour, watchdog: watchdog, echo: true}
-	v := newView(func() string { return "1" })
-	v.upsert(reviewItem("x", "uid-x", "1", "hx"))
-	// A key whose share is well inside the period.
-	var e *exporter
-	for i := 0; e == nil || e.spread < 0.3 || e.spread > 0.7; i++ {
-		if e != nil {
-			e.sub.close()
-		}
-		e = newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: fmt.Sprintf("inv-%d", i)}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
-	}
-	t.Cleanup(func() { e.sub.close(); e.closeClient() })
+	h, v := spreadHost(t, 0, watchdog)
+	e := spreadExporter(t, h, v, 0.3, 0.7)
 	e.runOnce(ctx)
 	if len(h.entries) != 1 {
 		t.Fatalf("%d entries after the first export, want 1", len(h.entries))
@@ -120,4 +108,150 @@ func reviewFileSink(t *testing.T) *sinkObject {
 		t.Fatal(err)
 	}
 	return obj
+}
+
+// spreadHost is a file-sink host at interval that echoes its last entry
+// (as the informer would), with one item in view.
+func spreadHost(t *testing.T, interval, watchdog time.Duration) (*reviewHost, *view) {
+	h := &reviewHost{inv: sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv"},
+		obj: reviewFileSink(t), root: t.TempDir(), maxAge: time.Hour, interval: interval, watchdog: watchdog, echo: true}
+	v := newView(func() string { return "1" })
+	v.upsert(reviewItem("x", "uid-x", "1", "hx"))
+	return h, v
+}
+
+// spreadExporter is an exporter on h whose share lies in [lo, hi].
+func spreadExporter(t *testing.T, h *reviewHost, v *view, lo, hi float64) *exporter {
+	t.Helper()
+	for i := range 10000 {
+		k := exporterKey{inv: invKey{Namespace: "ns", Name: fmt.Sprintf("inv-%d", i)}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}
+		if s := spreadOf(k); s >= lo && s <= hi {
+			e := newExporter(h, k, v)
+			t.Cleanup(func() { e.sub.close(); e.closeClient() })
+			return e
+		}
+	}
+	t.Fatal("no key with such a share")
+	return nil
+}
+
+// Keys that differ only in their last bytes (one inventory's sinks
+// sink-00 … sink-99) spread like any others.
+func TestSpreadOfKeysDifferingAtTheEnd(t *testing.T) {
+	seconds := map[int]int{}
+	for i := range 100 {
+		k := exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyDatabase, namespace: "ns", name: fmt.Sprintf("sink-%02d", i)}
+		seconds[int(spreadOf(k)*30)]++
+	}
+	// 100 uniform draws over 30 slots leave about 1.1 empty.
+	if len(seconds) < 25 {
+		t.Errorf("100 exporters of one Inventory fall in %d of 30 one-second slots: %v", len(seconds), seconds)
+	}
+}
+
+// A restarted exporter, or a new leader's, keeps its place in the period:
+// it takes from the entry whether its share is spent, rather than adding
+// it again (the entry's nextDueTime would then lie by up to a period) or
+// dropping it.
+func TestRestartKeepsThePlaceInThePeriod(t *testing.T) {
+	const period = 30 * time.Second
+	for _, tc := range []struct {
+		name     string
+		interval time.Duration
+		// spent: the entry shows the share spent (a re-export or refresh
+		// since the export of changes).
+		spent bool
+	}{
+		{"30s at rest", period, true},
+		{"30s share to come", period, false},
+		{"0s at rest", 0, true},
+		{"0s share to come", 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := reviewCtx(t)
+			h, v := spreadHost(t, tc.interval, period)
+			old := spreadExporter(t, h, v, 0.3, 0.7)
+			old.runOnce(ctx)
+			share := time.Duration(old.spread * float64(period))
+			if tc.spent {
+				if tc.interval > 0 {
+					old.lastExport = time.Now().Add(-period - share)
+				} else {
+					old.lastReport = time.Now().Add(-period - share)
+				}
+				old.runOnce(ctx)
+			}
+			old.sub.close()
+			writes := len(h.entries)
+			if writes != 1+btoi(tc.spent) {
+				t.Fatalf("setup: %d entries", writes)
+			}
+			en := h.entries[writes-1]
+			if tc.spent && tc.interval <= 0 {
+				// A refresh comes a period and the share after the export.
+				en.LastExportTime = &metav1.Time{Time: en.LastAttemptTime.Add(-period - share)}
+			}
+			// The entry as stored (whole seconds), as a new leader finds it
+			// a period less two seconds later.
+			for _, tm := range []*metav1.Time{en.LastExportTime, en.LastAttemptTime, en.NextDueTime} {
+				if tm != nil {
+					*tm = metav1.NewTime(tm.Add(-period + 2*time.Second).Truncate(time.Second))
+				}
+			}
+			var want time.Time
+			switch {
+			case tc.interval > 0:
+				want = en.NextDueTime.Time
+			case tc.spent:
+				want = en.LastAttemptTime.Add(period)
+			default:
+				want = en.LastAttemptTime.Add(period + share)
+			}
+
+			e := newExporter(h, old.key, v)
+			t.Cleanup(func() { e.sub.close(); e.closeClient() })
+			next := e.runOnce(ctx)
+			if len(h.entries) != writes {
+				t.Fatalf("the new exporter wrote at once: %s %q", h.entries[len(h.entries)-1].Outcome, h.entries[len(h.entries)-1].Message)
+			}
+			if d := next.Sub(want); d < -time.Second || d > time.Second {
+				t.Errorf("the new exporter wakes at %s, %s from the due time %s the entry shows", next.Format(time.RFC3339Nano), d.Round(time.Millisecond), want.Format(time.RFC3339))
+			}
+		})
+	}
+}
+
+// With 0s only refreshes due within a second ride on the watchdog's own
+// wake-up: exporters whose share is larger wait for it, so the fleet's
+// lowest tenth does not refresh at one instant.
+func TestWatchdogRefreshSmallShares(t *testing.T) {
+	ctx := reviewCtx(t)
+	const watchdog, n = 30 * time.Second, 300
+	obj := reviewFileSink(t)
+	root := t.TempDir()
+	for i := range n {
+		name := fmt.Sprintf("inv-%03d", i)
+		h := &reviewHost{inv: sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: name},
+			obj: obj, root: root, maxAge: time.Hour, watchdog: watchdog, echo: true}
+		v := newView(func() string { return "1" })
+		v.upsert(reviewItem("x", "uid-x-"+name, "1", "hx"))
+		e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: name}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
+		e.runOnce(ctx)
+		share := time.Duration(e.spread * float64(watchdog))
+		// The watchdog's wake-up, one period after the export's report.
+		e.lastReport = time.Now().Add(-watchdog)
+		e.runOnce(ctx)
+		if len(h.entries) == 2 && share >= time.Second {
+			t.Errorf("%s refreshed at the watchdog's wake-up, %s before its share", name, share.Round(time.Millisecond))
+		}
+		e.sub.close()
+		e.closeClient()
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

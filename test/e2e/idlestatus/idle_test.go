@@ -50,30 +50,9 @@ func TestStatusWritesAtRest(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
 	defer cancel()
 	const ns = "idle"
-	_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	must(t, err, "namespace")
-	t.Cleanup(func() { _ = kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-	for i := range 3 {
-		_, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i), Labels: map[string]string{"app": "web"}},
-			Data:       map[string]string{"value": fmt.Sprint(i)},
-		}, metav1.CreateOptions{})
-		must(t, err, "configmap")
-	}
+	collectConfigMaps(ctx, t, ns, 3)
 	api := kollect.KollectV1alpha1()
-	_, err = api.Profiles(ns).Create(ctx, &v1alpha1.Profile{
-		ObjectMeta: metav1.ObjectMeta{Name: "configmaps"},
-		Spec: v1alpha1.ProfileSpec{TargetGVK: v1alpha1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
-			Attributes: []v1alpha1.Attribute{{Name: "value", Path: "{.data.value}"}}},
-	}, metav1.CreateOptions{})
-	must(t, err, "profile")
-	_, err = api.Targets(ns).Create(ctx, &v1alpha1.Target{
-		ObjectMeta: metav1.ObjectMeta{Name: "web"},
-		Spec: v1alpha1.TargetSpec{ProfileRef: v1alpha1.LocalObjectReference{Name: "configmaps"},
-			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
-	}, metav1.CreateOptions{})
-	must(t, err, "target")
-
+	var err error
 	for _, name := range []string{"zero", "thirty"} {
 		_, err = api.SnapshotSinks(ns).Create(ctx, &v1alpha1.SnapshotSink{
 			ObjectMeta: metav1.ObjectMeta{Name: "files-" + name},
@@ -201,6 +180,36 @@ func countWrites(ctx context.Context, t *testing.T, ns string, d time.Duration) 
 			}
 		}
 	}
+}
+
+// collectConfigMaps creates the namespace ns (deleted after the test),
+// n ConfigMaps labelled app=web in it and the Profile and Target that
+// collect them.
+func collectConfigMaps(ctx context.Context, t *testing.T, ns string, n int) {
+	t.Helper()
+	_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	must(t, err, "namespace")
+	t.Cleanup(func() { _ = kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	for i := range n {
+		_, err := kube.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i), Labels: map[string]string{"app": "web"}},
+			Data:       map[string]string{"value": fmt.Sprint(i)},
+		}, metav1.CreateOptions{})
+		must(t, err, "configmap")
+	}
+	api := kollect.KollectV1alpha1()
+	_, err = api.Profiles(ns).Create(ctx, &v1alpha1.Profile{
+		ObjectMeta: metav1.ObjectMeta{Name: "configmaps"},
+		Spec: v1alpha1.ProfileSpec{TargetGVK: v1alpha1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
+			Attributes: []v1alpha1.Attribute{{Name: "value", Path: "{.data.value}"}}},
+	}, metav1.CreateOptions{})
+	must(t, err, "profile")
+	_, err = api.Targets(ns).Create(ctx, &v1alpha1.Target{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: v1alpha1.TargetSpec{ProfileRef: v1alpha1.LocalObjectReference{Name: "configmaps"},
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
+	}, metav1.CreateOptions{})
+	must(t, err, "target")
 }
 
 func must(t *testing.T, err error, what string) {

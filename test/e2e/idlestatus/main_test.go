@@ -17,6 +17,7 @@ import (
 )
 
 var (
+	env     *collectenv.Env
 	kube    kubernetes.Interface
 	kollect versioned.Interface
 )
@@ -39,7 +40,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "e2e/idlestatus: %v\n", err)
 		os.Exit(1)
 	}
-	kube, kollect = e.Kube, e.Client
+	env, kube, kollect = e, e.Kube, e.Client
 	code := m.Run()
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "e2e/idlestatus: logs kept in %s/logs\n", e.Dir)
