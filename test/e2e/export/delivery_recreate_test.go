@@ -3,6 +3,7 @@ package export
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -66,6 +67,14 @@ func TestDeliveryDeleteRecreate(t *testing.T) {
 	swaps = append(swaps, swap{"object unlabelled and labelled again", old, recreated})
 
 	r.converge(ctx, t, "after the recreations")
+	// The relabelled item has the key and hash of the one it replaces, so
+	// the sinks looked converged before the exporter saw it: wait for
+	// every sink to acknowledge the item changes up to the recreations.
+	for _, inv := range r.invs {
+		for _, s := range swaps {
+			waitCursor(ctx, t, r.ns, inv, s.new.ResourceVersion)
+		}
+	}
 	r.verify(ctx, t, base)
 	rows, err := pgRows(ctx, r.schema, "inventory", r.ns, r.invs[0])
 	must(t, err, "postgres rows")
@@ -84,6 +93,27 @@ func TestDeliveryDeleteRecreate(t *testing.T) {
 			t.Errorf("%s: postgres: the row of the new item %s: %+v, present %v", s.what, s.new.UID, row, ok)
 		}
 	}
+}
+
+// waitCursor waits until every sink entry of inventory name says its sink
+// acknowledged every item change up to resourceVersion rv (kollect's etcd
+// revisions: integers).
+func waitCursor(ctx context.Context, t *testing.T, ns, name, rv string) {
+	t.Helper()
+	want, err := strconv.ParseUint(rv, 10, 64)
+	must(t, err, "item resourceVersion")
+	eventually(ctx, t, fmt.Sprintf("inventory %s's sinks acknowledged item changes up to %s", name, rv), func(ctx context.Context) (bool, string) {
+		inv, err := kollect.KollectV1alpha1().Inventories(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range inv.Status.SinkExports {
+			if got, err := strconv.ParseUint(e.Cursor, 10, 64); err != nil || got < want {
+				return false, fmt.Sprintf("%s/%s: cursor %q", e.Family, e.Name, e.Cursor)
+			}
+		}
+		return true, ""
+	})
 }
 
 // recreateItem calls remove on ConfigMap name, and restore as soon as a
