@@ -145,6 +145,12 @@ func (e *exporter) delay(period, watchdog time.Duration) time.Duration {
 	return time.Duration(e.spread * float64(min(period, watchdog)))
 }
 
+// reexportAfter is how long after the last export an unchanged payload is
+// re-exported: the interval, plus the share when it is still to come.
+func (e *exporter) reexportAfter(interval, watchdog time.Duration) time.Duration {
+	return interval + e.delay(interval, watchdog)
+}
+
 func (e *exporter) poke() { e.sub.poke() }
 
 func (e *exporter) start(ctx context.Context) {
@@ -254,7 +260,7 @@ func (e *exporter) runOnce(ctx context.Context) time.Time {
 	}
 	changed := sum.owed > 0 || sum.checksum != e.lastChecksum
 	bumped := cfg.generation != e.lastGeneration
-	act, due := decide(now, e.lastExport, cfg.interval+e.delay(cfg.interval, set.watchdog), changed, bumped)
+	act, due := decide(now, e.lastExport, e.reexportAfter(cfg.interval, set.watchdog), changed, bumped)
 	if act == actDebounce && ((!e.known && e.key.family != v1alpha1.SinkFamilySnapshot) || e.respec) {
 		// First run of a row or event sink since this exporter started,
 		// or a sink whose spec (or Secret) changed: bring it up to date
@@ -330,7 +336,7 @@ func (e *exporter) runOnce(ctx context.Context) time.Time {
 	// An unchanged re-export keeps its place in the period; an export of
 	// changes may have come at the same moment as many others.
 	e.spreadNext = act != actFull || changed || bumped
-	_, due = decide(now, e.lastExport, cfg.interval+e.delay(cfg.interval, set.watchdog), false, false)
+	_, due = decide(now, e.lastExport, e.reexportAfter(cfg.interval, set.watchdog), false, false)
 	e.report(ctx, cfg, entryUpdate{outcome: v1alpha1.OutcomeExported, checksum: b.checksum, count: b.count, due: due,
 		exportedAt: exportedAt, message: exportMessage(act, wrote)})
 	return earliest(due, watchdog)
