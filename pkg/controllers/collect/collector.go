@@ -168,6 +168,10 @@ type Collector struct {
 	// usage counts the items of each namespace ("" for the cluster kinds)
 	// against its quota.
 	usage map[string]*quotaUsage
+
+	// walkRequests asks for a full walk before the resync period is over
+	// (foreign.go).
+	walkRequests chan struct{}
 }
 
 // objectKey names one object for one target. An empty name asks for a walk
@@ -277,6 +281,8 @@ func New(cfg Config) (*Collector, error) {
 		state:     map[targetKey]*target{},
 		informers: map[schema.GroupVersionResource]*gvrInformer{},
 		usage:     map[string]*quotaUsage{},
+
+		walkRequests: make(chan struct{}, 1),
 	}
 	c.itemStore, c.clusterItemStore = newItemStores(cfg.Items, cfg.ClusterItems)
 	return c, nil
@@ -325,6 +331,11 @@ func (c *Collector) Run(ctx context.Context) error {
 	defer c.kollectFactory.Shutdown()
 	defer c.kubeFactory.Shutdown()
 
+	// The stored items' watches start from before the index reads them.
+	itemsFrom, clusterItemsFrom, err := c.storedPositions(ctx)
+	if err != nil {
+		return nil // ctx done
+	}
 	// The index must hold the stored items before any worker compares with it.
 	if err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
 		if err := c.resync(ctx); err != nil {
@@ -347,13 +358,17 @@ func (c *Collector) Run(ctx context.Context) error {
 		processQueue(ctx, c.objectQueue, "Object", func(ctx context.Context, k queuedObject) error { return c.syncObject(ctx, k.key()) })
 	})
 	run(2, func() { processQueue(ctx, c.statusQueue, "Status", c.syncStatus) })
+	run(1, func() { c.watchItems(ctx, c.itemStore, false, itemsFrom) })
+	run(1, func() { c.watchItems(ctx, c.clusterItemStore, true, clusterItemsFrom) })
 	run(1, func() {
-		// The walk at start ran above; the next ones every resync period.
+		// The walk at start ran above; the next ones every resync period,
+		// or sooner when a watch of the stored items lost its place.
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(wait.Jitter(c.cfg.ResyncPeriod, 0.1)):
+			case <-c.walkRequests:
 			}
 			if err := c.resync(ctx); err != nil && ctx.Err() == nil {
 				logger.Error(err, "Full walk failed")
@@ -950,7 +965,8 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) error {
 		return nil
 	}
 	item := &desiredItem{namespace: k.target.Namespace, name: name, labels: maps.Clone(cfg.labels), source: source, content: content, hash: hash}
-	created, err := store.put(ctx, item, had && oldName == name)
+	created, rv, err := store.put(ctx, item, had && oldName == name)
+	entry.rv = rv
 	if err != nil {
 		if isNew {
 			c.mu.Lock()
@@ -1021,6 +1037,13 @@ func (c *Collector) indexLocked(t *target, name string, e *itemEntry) {
 // unindex forgets a deleted item.
 func (c *Collector) unindex(t *target, name string) {
 	c.mu.Lock()
+	c.unindexLocked(t, name)
+	c.mu.Unlock()
+	c.statusQueue.AddAfter(t.key, statusDelay)
+}
+
+// unindexLocked forgets a deleted item. The caller holds c.mu.
+func (c *Collector) unindexLocked(t *target, name string) {
 	if e, ok := t.items[name]; ok {
 		delete(t.items, name)
 		if t.byObject[e.objKey] == name {
@@ -1030,8 +1053,6 @@ func (c *Collector) unindex(t *target, name string) {
 		c.countItemLocked(t, -1)
 		t.lastChange = time.Now()
 	}
-	c.mu.Unlock()
-	c.statusQueue.AddAfter(t.key, statusDelay)
 }
 
 func (c *Collector) unindexAllLocked(t *target) {

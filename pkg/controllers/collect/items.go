@@ -5,15 +5,18 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 	"unique"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/controllers/extract"
@@ -73,10 +76,12 @@ type storedItem struct {
 	objKey          string // namespace/name of the source object
 	sourceRV        string
 	hash            itemHash
+	rv              uint64 // the item's resourceVersion
 }
 
 func storedOf(meta *metav1.ObjectMeta, source kollect.ItemSource, hash string) storedItem {
 	return storedItem{
+		rv:        rvOf(meta.ResourceVersion),
 		namespace: meta.Namespace,
 		name:      meta.Name,
 		target:    meta.Labels[labelTarget],
@@ -88,14 +93,30 @@ func storedOf(meta *metav1.ObjectMeta, source kollect.ItemSource, hash string) s
 	}
 }
 
+// rvOf reads a resourceVersion as the number etcd made it; 0 when it is
+// not one.
+func rvOf(rv string) uint64 {
+	n, _ := strconv.ParseUint(rv, 10, 64)
+	return n
+}
+
 // itemStore writes one item kind in process, through the registry.
 type itemStore interface {
 	kind() string
-	put(ctx context.Context, item *desiredItem, exists bool) (created bool, err error)
+	// put stores an item and returns the resourceVersion it was stored at.
+	put(ctx context.Context, item *desiredItem, exists bool) (created bool, rv uint64, err error)
 	delete(ctx context.Context, namespace, name string) error
 	// list calls fn for every stored item matching selector in namespace
 	// ("" for all), one page at a time.
 	list(ctx context.Context, namespace string, selector labels.Selector, fn func(storedItem)) error
+	// watch watches every stored item after resourceVersion rv ("" for
+	// now), with bookmarks.
+	watch(ctx context.Context, rv string) (watch.Interface, error)
+	// stored reads what a watch event's object holds, false for what is
+	// not an item.
+	stored(obj runtime.Object) (storedItem, bool)
+	// position is the stored items' resourceVersion now.
+	position(ctx context.Context) (string, error)
 }
 
 // writerStore adapts the registry's Writer of one item type.
@@ -104,6 +125,7 @@ type writerStore[T runtime.Object] struct {
 	writer   *common.Writer[T]
 	build    func(*desiredItem) T
 	items    func(list runtime.Object) ([]storedItem, string)
+	item     func(obj runtime.Object) (storedItem, bool)
 }
 
 func (s *writerStore[T]) kind() string { return s.itemKind }
@@ -111,19 +133,51 @@ func (s *writerStore[T]) kind() string { return s.itemKind }
 // put creates or updates an item: it tries what the index suggests and
 // falls back to the other, so a stale index costs one extra call, never a
 // wrong result.
-func (s *writerStore[T]) put(ctx context.Context, item *desiredItem, exists bool) (bool, error) {
+func (s *writerStore[T]) put(ctx context.Context, item *desiredItem, exists bool) (bool, uint64, error) {
 	if exists {
-		_, err := s.writer.Update(ctx, s.build(item))
+		out, err := s.writer.Update(ctx, s.build(item))
 		if !apierrors.IsNotFound(err) {
-			return false, err
+			return false, s.rv(out, err), err
 		}
 	}
-	_, err := s.writer.Create(ctx, s.build(item))
+	out, err := s.writer.Create(ctx, s.build(item))
 	if apierrors.IsAlreadyExists(err) {
-		_, err = s.writer.Update(ctx, s.build(item))
-		return false, err
+		out, err = s.writer.Update(ctx, s.build(item))
+		return false, s.rv(out, err), err
 	}
-	return err == nil, err
+	return err == nil, s.rv(out, err), err
+}
+
+// rv is the resourceVersion of a written object.
+func (s *writerStore[T]) rv(obj T, err error) uint64 {
+	if err != nil {
+		return 0
+	}
+	m, merr := meta.Accessor(obj)
+	if merr != nil {
+		return 0
+	}
+	return rvOf(m.GetResourceVersion())
+}
+
+func (s *writerStore[T]) watch(ctx context.Context, rv string) (watch.Interface, error) {
+	return s.writer.Watch(ctx, "", &metainternalversion.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+}
+
+func (s *writerStore[T]) stored(obj runtime.Object) (storedItem, bool) {
+	return s.item(obj)
+}
+
+func (s *writerStore[T]) position(ctx context.Context) (string, error) {
+	list, err := s.writer.List(ctx, "", &metainternalversion.ListOptions{Limit: 1})
+	if err != nil {
+		return "", err
+	}
+	m, err := meta.ListAccessor(list)
+	if err != nil {
+		return "", err
+	}
+	return m.GetResourceVersion(), nil
 }
 
 func (s *writerStore[T]) delete(ctx context.Context, namespace, name string) error {
@@ -170,6 +224,13 @@ func newItemStores(items *common.Writer[*kollect.InventoryItem], clusterItems *c
 			}
 			return out, l.Continue
 		},
+		item: func(obj runtime.Object) (storedItem, bool) {
+			it, ok := obj.(*kollect.InventoryItem)
+			if !ok {
+				return storedItem{}, false
+			}
+			return storedOf(&it.ObjectMeta, it.Source, it.Hash), true
+		},
 	}
 	cluster := &writerStore[*kollect.ClusterInventoryItem]{
 		itemKind: "ClusterInventoryItem",
@@ -187,6 +248,13 @@ func newItemStores(items *common.Writer[*kollect.InventoryItem], clusterItems *c
 				out[i] = storedOf(&l.Items[i].ObjectMeta, l.Items[i].Source, l.Items[i].Hash)
 			}
 			return out, l.Continue
+		},
+		item: func(obj runtime.Object) (storedItem, bool) {
+			it, ok := obj.(*kollect.ClusterInventoryItem)
+			if !ok {
+				return storedItem{}, false
+			}
+			return storedOf(&it.ObjectMeta, it.Source, it.Hash), true
 		},
 	}
 	return namespaced, cluster
@@ -210,6 +278,9 @@ type itemEntry struct {
 	// with; with an unchanged source resourceVersion it lets a walk skip
 	// extraction. Empty when unknown (read back from storage).
 	extractedWith string
+	// rv is the item's resourceVersion when this collector last wrote or
+	// read it: a watch event at or before it is not news (foreign.go).
+	rv uint64
 }
 
 // itemHash is an item's content hash (extract.Hash) as bytes rather than
@@ -262,7 +333,7 @@ func labelsKey(l map[string]string) string {
 
 // entryOf turns a stored item into an index entry.
 func entryOf(s storedItem) *itemEntry {
-	return &itemEntry{objKey: s.objKey, hash: s.hash, labels: s.labels, sourceRV: s.sourceRV}
+	return &itemEntry{objKey: s.objKey, hash: s.hash, labels: s.labels, sourceRV: s.sourceRV, rv: s.rv}
 }
 
 // deleteAllItems deletes every stored item of a target, read from storage

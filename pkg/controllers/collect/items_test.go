@@ -40,3 +40,40 @@ func TestStoredOf(t *testing.T) {
 		t.Error("equal labels must compare equal")
 	}
 }
+
+// The watch of stored items finds an item's target by its label, which is
+// shortened for names longer than a label value.
+func TestTargetOfLabel(t *testing.T) {
+	long := strings.Repeat("a", 70)
+	dashed := "web-0123456789abcdef" // shaped like a shortened label, but a name
+	c := &Collector{state: map[targetKey]*target{}}
+	for _, key := range []targetKey{
+		{Namespace: "ns", Name: "web"},
+		{Namespace: "ns", Name: long},
+		{Namespace: "ns", Name: dashed},
+		{Cluster: true, Name: long},
+	} {
+		c.stateLocked(key)
+	}
+	for _, tc := range []struct {
+		cluster   bool
+		ns, label string
+		want      *targetKey
+	}{
+		{false, "ns", "web", &targetKey{Namespace: "ns", Name: "web"}},
+		{false, "ns", labelValue(long), &targetKey{Namespace: "ns", Name: long}},
+		{true, "", labelValue(long), &targetKey{Cluster: true, Name: long}},
+		{false, "ns", dashed, &targetKey{Namespace: "ns", Name: dashed}},
+		{false, "other", labelValue(long), nil},
+		{false, "ns", labelValue(strings.Repeat("b", 70)), nil},
+		{false, "ns", "gone", nil},
+	} {
+		got := c.targetOfLocked(tc.cluster, tc.ns, tc.label)
+		switch {
+		case tc.want == nil && got != nil:
+			t.Errorf("%v %s/%s: %v, want none", tc.cluster, tc.ns, tc.label, got.key)
+		case tc.want != nil && (got == nil || got.key != *tc.want):
+			t.Errorf("%v %s/%s: %v, want %v", tc.cluster, tc.ns, tc.label, got, *tc.want)
+		}
+	}
+}

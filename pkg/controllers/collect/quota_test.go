@@ -155,6 +155,36 @@ func TestQuotaWaiting(t *testing.T) {
 	}
 }
 
+// TestQuotaCommitWakes: the watch of stored items may index a new item
+// before its write returns; until the write gives its reserved place back
+// the item counts twice, and an object finding the quota full then waits.
+// The place given back must wake it.
+func TestQuotaCommitWakes(t *testing.T) {
+	c := quotaCollector(t)
+	a := c.quotaTarget(targetKey{Namespace: "team-a", Name: "a"}, itemsQuota(3))
+	c.mu.Lock()
+	c.indexLocked(a, "a-1", &itemEntry{objKey: "team-a/1"})
+	c.mu.Unlock()
+	if !c.reserve(a) {
+		t.Fatal("the second place of three is free")
+	}
+	c.mu.Lock()
+	c.indexLocked(a, "a-2", &itemEntry{objKey: "team-a/2"}) // the watch saw the write
+	room := c.hasRoomLocked(a)
+	c.mu.Unlock()
+	if room {
+		t.Fatal("an item indexed and still reserved counts twice until its write returns")
+	}
+	c.setOverQuota(a, "team-a/3", overCount)
+	c.mu.Lock()
+	c.indexLocked(a, "a-2", &itemEntry{objKey: "team-a/2"}) // the write returned
+	c.commitLocked(a)
+	c.mu.Unlock()
+	if got := c.objectQueue.Len(); got != 1 {
+		t.Fatalf("%d objects queued after the write gave its place back, want the waiting one", got)
+	}
+}
+
 // TestTooLarge: maxItemBytes bounds attributes or object, as stored.
 func TestTooLarge(t *testing.T) {
 	q := itemsQuota(10) // 1Ki of bytes, by default

@@ -71,9 +71,10 @@ type kcluster struct {
 	cluster *localcluster.Cluster
 	kube    kubernetes.Interface
 	kollect versioned.Interface
-	// replicas share the cluster's kollect etcd; replicas[0] is registered
-	// first.
+	// replicas share the cluster's kollect etcd (at etcdURL); replicas[0]
+	// is registered first.
 	replicas []*localcluster.Process
+	etcdURL  string
 }
 
 func getenv(name, def string) string {
@@ -118,6 +119,7 @@ func startCluster(ctx context.Context, name string, replicas int) (_ *kcluster, 
 	if err != nil {
 		return nil, err
 	}
+	c.etcdURL = etcd.URL()
 	for i := range replicas {
 		o := localcluster.KollectOptions{Name: fmt.Sprintf("kollect-%c", 'a'+i), Binary: binary, EtcdServers: etcd.URL(), Args: kollectArgs(name)}
 		p, err := lc.StartKollect(ctx, o)

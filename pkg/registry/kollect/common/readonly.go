@@ -120,6 +120,11 @@ func (w *Writer[T]) List(ctx context.Context, namespace string, options *metaint
 	return w.store.List(w.context(ctx, namespace), options)
 }
 
+// Watch watches objects matching options in a namespace ("" for all).
+func (w *Writer[T]) Watch(ctx context.Context, namespace string, options *metainternalversion.ListOptions) (watch.Interface, error) {
+	return w.store.Watch(w.context(ctx, namespace), options)
+}
+
 func metaOf(obj runtime.Object) (metav1.Object, error) {
 	m, ok := obj.(metav1.Object)
 	if !ok {
