@@ -128,7 +128,19 @@ type Config struct {
 	// maxItemBytes (--default-max-items, --default-max-item-bytes); the
 	// zero value sets none (quota.go).
 	Quotas tenancy.Quotas
+	// Holding tells whether this replica's lease is confirmed recently
+	// enough that no other replica can have taken over: item writes wait
+	// for it. Nil: always (no leader election).
+	Holding func() bool
 }
+
+// errLeaseUnconfirmed refuses an item write while this replica cannot tell
+// it still leads: resumed after a pause, say, before the leader election
+// notices that another replica took over.
+var errLeaseUnconfirmed = errors.New("the controllers' lease is not confirmed: item writes wait")
+
+// holding tells whether item writes may go ahead (Config.Holding).
+func (c *Collector) holding() bool { return c.cfg.Holding == nil || c.cfg.Holding() }
 
 // Collector runs the collection controller.
 type Collector struct {
@@ -191,7 +203,12 @@ type target struct {
 
 	items    map[string]*itemEntry // item name → entry
 	byObject map[string]string     // source namespace/name → item name
-	failed   map[string]string     // source namespace/name → extraction error
+	// inflight are the item writes started and not yet in the index, and
+	// suspect the items another writer changed, each with the object
+	// whose sync repairs it (foreign.go).
+	inflight map[string]*inflightWrite
+	suspect  map[string]string
+	failed   map[string]string // source namespace/name → extraction error
 	// overQuota are the matching objects not collected because of the
 	// quota (source namespace/name → why), and quota the limits in force.
 	overQuota map[string]overQuota
@@ -565,6 +582,8 @@ func errorClass(err error) string {
 		return "timeout"
 	case meta.IsNoMatchError(err):
 		return "kind_not_found"
+	case errors.Is(err, errLeaseUnconfirmed):
+		return "lease_unconfirmed"
 	default:
 		return "other"
 	}
@@ -595,7 +614,8 @@ func (c *Collector) restMapping(gvk schema.GroupVersionKind) (*meta.RESTMapping,
 func (c *Collector) stateLocked(key targetKey) *target {
 	t := c.state[key]
 	if t == nil {
-		t = &target{key: key, items: map[string]*itemEntry{}, byObject: map[string]string{}, failed: map[string]string{}, overQuota: map[string]overQuota{}}
+		t = &target{key: key, items: map[string]*itemEntry{}, byObject: map[string]string{}, failed: map[string]string{}, overQuota: map[string]overQuota{},
+			inflight: map[string]*inflightWrite{}, suspect: map[string]string{}}
 		c.state[key] = t
 	}
 	return t
@@ -830,6 +850,9 @@ func (c *Collector) walk(key targetKey, namespace string, full bool) {
 	for objKey := range t.overQuota {
 		add(objKey)
 	}
+	for _, objKey := range t.suspect {
+		add(objKey)
+	}
 	if full {
 		t.lastFullSync = time.Now()
 	}
@@ -857,10 +880,13 @@ func (c *Collector) walk(key targetKey, namespace string, full bool) {
 
 // syncObject makes the stored item of one (target, object) what it should
 // be: created, updated, deleted, or left alone when its hash is unchanged.
-func (c *Collector) syncObject(ctx context.Context, k objectKey) error {
+func (c *Collector) syncObject(ctx context.Context, k objectKey) (err error) {
 	if k.name == "" {
 		c.walk(k.target, k.namespace, false)
 		return nil
+	}
+	if !c.holding() {
+		return errLeaseUnconfirmed
 	}
 	c.mu.Lock()
 	t := c.state[k.target]
@@ -875,9 +901,27 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) error {
 	if had {
 		old = *t.items[oldName]
 	}
+	suspects := t.takeSuspectsLocked(objKey)
 	c.mu.Unlock()
-
 	store := c.storeFor(k.target)
+	// replace: storage does not hold the object's item as the index says.
+	var replace bool
+	if len(suspects) > 0 {
+		defer func() {
+			if err != nil {
+				// Not repaired: the retry reads storage again.
+				c.mu.Lock()
+				for _, name := range suspects {
+					t.suspect[name] = objKey
+				}
+				c.mu.Unlock()
+			}
+		}()
+		if old, replace, err = c.repair(ctx, t, store, objKey, suspects, had, oldName, old); err != nil {
+			return err
+		}
+	}
+
 	raw, exists, err := indexer.GetByKey(objKey)
 	if err != nil {
 		return err
@@ -889,12 +933,7 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) error {
 		if !had {
 			return nil
 		}
-		if err := store.delete(ctx, k.target.Namespace, oldName); err != nil {
-			return err
-		}
-		c.countWrite(store.kind(), metrics.OpDelete)
-		c.unindex(t, oldName)
-		return nil
+		return c.deleteItem(ctx, t, store, oldName)
 	}
 
 	source := obj.Source()
@@ -930,11 +969,9 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) error {
 		// Not written; the previous item would claim content the object no
 		// longer has.
 		if had {
-			if err := store.delete(ctx, k.target.Namespace, oldName); err != nil {
+			if err := c.deleteItem(ctx, t, store, oldName); err != nil {
 				return err
 			}
-			c.countWrite(store.kind(), metrics.OpDelete)
-			c.unindex(t, oldName)
 		}
 		c.setOverQuota(t, objKey, overSize)
 		return nil
@@ -953,11 +990,9 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) error {
 	}
 	if had && oldName != name {
 		// The object was recreated under its name: a new uid, a new item.
-		if err := store.delete(ctx, k.target.Namespace, oldName); err != nil {
+		if err := c.deleteItem(ctx, t, store, oldName); err != nil {
 			return err
 		}
-		c.countWrite(store.kind(), metrics.OpDelete)
-		c.unindex(t, oldName)
 	}
 	isNew := !had || oldName != name
 	if isNew && !c.reserve(t) {
@@ -965,22 +1000,26 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) error {
 		return nil
 	}
 	item := &desiredItem{namespace: k.target.Namespace, name: name, labels: maps.Clone(cfg.labels), source: source, content: content, hash: hash}
+	c.mu.Lock()
+	t.inflight[name] = &inflightWrite{objKey: objKey, hash: sum, labels: cfg.labelsKey}
+	c.mu.Unlock()
 	created, rv, err := store.put(ctx, item, had && oldName == name)
+	if replace && apierrors.IsInvalid(err) {
+		// Another writer changed what an update may not (the source's uid).
+		if err = store.delete(ctx, k.target.Namespace, name); err == nil {
+			created, rv, err = store.put(ctx, item, false)
+		}
+	}
 	entry.rv = rv
+	c.mu.Lock()
+	delete(t.inflight, name)
 	if err != nil {
 		if isNew {
-			c.mu.Lock()
 			c.commitLocked(t)
-			c.mu.Unlock()
 		}
+		c.mu.Unlock()
 		return err
 	}
-	if created {
-		c.countWrite(store.kind(), metrics.OpCreate)
-	} else {
-		c.countWrite(store.kind(), metrics.OpUpdate)
-	}
-	c.mu.Lock()
 	gone := c.state[k.target] != t
 	if !gone {
 		c.indexLocked(t, name, entry)
@@ -991,11 +1030,69 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) error {
 		c.commitLocked(t)
 	}
 	c.mu.Unlock()
+	if created {
+		c.countWrite(store.kind(), metrics.OpCreate)
+	} else {
+		c.countWrite(store.kind(), metrics.OpUpdate)
+	}
 	if gone {
 		// The target was deleted while this item was written.
 		return store.delete(ctx, k.target.Namespace, name)
 	}
 	c.statusQueue.AddAfter(k.target, statusDelay)
+	return nil
+}
+
+// repair reads the suspect items of one object from storage (foreign.go).
+// The object's own item, when storage does not hold what the index says,
+// comes back with an entry that matches nothing, so that the sync writes
+// it again in its place; any other item is one no object holds, and is
+// deleted.
+func (c *Collector) repair(ctx context.Context, t *target, store itemStore, objKey string, suspects []string, had bool, oldName string, old itemEntry) (itemEntry, bool, error) {
+	replace := false
+	for _, name := range suspects {
+		if had && name == oldName {
+			s, found, err := store.get(ctx, t.key.Namespace, name)
+			if err != nil {
+				return old, false, err
+			}
+			if !found || s.hash != old.hash || s.objKey != old.objKey || s.labels != old.labels {
+				old, replace = itemEntry{objKey: old.objKey}, true
+			}
+			continue
+		}
+		c.mu.Lock()
+		_, held := t.items[name]
+		c.mu.Unlock()
+		if held {
+			continue // another object's now; its sync repairs it
+		}
+		if err := store.delete(ctx, t.key.Namespace, name); err != nil {
+			return old, false, err
+		}
+		c.countWrite(store.kind(), metrics.OpDelete)
+		klog.FromContext(ctx).V(2).Info("Deleted an item no object holds", "target", t.key.String(), "item", name, "object", objKey)
+	}
+	return old, replace, nil
+}
+
+// deleteItem deletes an object's item and forgets it.
+func (c *Collector) deleteItem(ctx context.Context, t *target, store itemStore, name string) error {
+	c.mu.Lock()
+	t.inflight[name] = &inflightWrite{deleted: true}
+	c.mu.Unlock()
+	err := store.delete(ctx, t.key.Namespace, name)
+	c.mu.Lock()
+	delete(t.inflight, name)
+	if err == nil {
+		c.unindexLocked(t, name)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	c.countWrite(store.kind(), metrics.OpDelete)
+	c.statusQueue.AddAfter(t.key, statusDelay)
 	return nil
 }
 
@@ -1032,14 +1129,6 @@ func (c *Collector) indexLocked(t *target, name string, e *itemEntry) {
 	}
 	t.items[name] = e
 	t.byObject[e.objKey] = name
-}
-
-// unindex forgets a deleted item.
-func (c *Collector) unindex(t *target, name string) {
-	c.mu.Lock()
-	c.unindexLocked(t, name)
-	c.mu.Unlock()
-	c.statusQueue.AddAfter(t.key, statusDelay)
 }
 
 // unindexLocked forgets a deleted item. The caller holds c.mu.

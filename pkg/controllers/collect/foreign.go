@@ -7,10 +7,14 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"kollect.dev/kollect/pkg/controllers/metrics"
 )
 
 // Items are the collector's to write while its replica leads, and its
@@ -20,14 +24,18 @@ import (
 // item's older content, deletes an item, or creates one for an object that
 // is gone, and nothing in the cluster changes to make this collector look
 // again before its next full walk. So the collector watches the stored
-// items. A change it did not make (after the resourceVersion the index
-// holds for the item, and not what the index says) replaces the index's
-// record with what is stored and queues the item's source: that object's
-// sync then writes, or deletes, what the item should be.
+// items. A change it did not make marks the item suspect and queues the
+// object the index gives it (for an item the index does not hold, the
+// object the item claims). That object's sync reads the suspect items
+// from storage: it writes again the object's own item when storage does
+// not hold what the index says, and deletes the others, which no object
+// holds. The watch never changes the index itself, so an item keeps its
+// place in the quota while it is being repaired and the index is only
+// written by the object's sync, one at a time.
 //
-// The collector's own writes come back too. They are at or before the
-// index's resourceVersion, unless the event overtakes the write's return;
-// then the source's sync runs once more and finds nothing to do.
+// The collector's own writes come back too: an event matching the write
+// in flight (inflight), or at or before the resourceVersion the index
+// holds, is not news.
 
 // storedPositions is where each item kind's storage is now: the watches
 // start there, before the first full walk reads the items, so that no
@@ -118,56 +126,154 @@ func (c *Collector) itemEvents(ctx context.Context, w watch.Interface, store ite
 	}
 }
 
-// itemChanged compares a stored item's change with the index and, when the
-// collector did not make it, records what is stored and queues the
-// sources concerned.
+// itemChanged compares a stored item's change with what the collector
+// wrote or is writing and, when it did not make it, marks the item
+// suspect and queues the object concerned.
 func (c *Collector) itemChanged(ctx context.Context, cluster, deleted bool, s storedItem) {
 	c.mu.Lock()
-	t := c.targetOfLocked(cluster, s.namespace, s.target)
-	if t == nil || t.cfg == nil {
-		// No target collects it now: a full walk deletes the items of
-		// targets that are gone, and one runs when a target resumes.
+	t := c.ownerLocked(cluster, s)
+	if t == nil {
 		c.mu.Unlock()
-		return
-	}
-	e := t.items[s.name]
-	if e != nil && s.rv <= e.rv {
-		c.mu.Unlock()
-		return
-	}
-	var sources []string
-	switch {
-	case deleted && e == nil:
-	case deleted:
-		c.unindexLocked(t, s.name)
-		sources = append(sources, e.objKey)
-	case e != nil && e.hash == s.hash && e.objKey == s.objKey && e.labels == s.labels:
-		e.rv = s.rv
-	default:
-		if e != nil && e.objKey != s.objKey {
-			// The item claims another source: both are looked at again.
-			if t.byObject[e.objKey] == s.name {
-				delete(t.byObject, e.objKey)
-			}
-			sources = append(sources, e.objKey)
+		if !deleted {
+			c.deleteOrphan(ctx, cluster, s)
 		}
-		c.indexLocked(t, s.name, entryOf(s))
-		sources = append(sources, s.objKey)
-	}
-	key := t.key
-	c.mu.Unlock()
-	if len(sources) == 0 {
 		return
 	}
-	klog.FromContext(ctx).V(2).Info("A stored item changed without this collector; syncing its source again",
-		"target", key.String(), "item", s.name, "resourceVersion", s.rv, "deleted", deleted)
-	for _, objKey := range sources {
+	var objKey string
+	e, w := t.items[s.name], t.inflight[s.name]
+	switch {
+	case e != nil && s.rv <= e.rv:
+		// An older event of the collector's own writes.
+	case w != nil && w.matches(deleted, s):
+	case w != nil:
+		objKey = w.objKey
+	case e != nil && !deleted && e.hash == s.hash && e.objKey == s.objKey && e.labels == s.labels:
+	case e != nil:
+		objKey = e.objKey
+	case !deleted:
+		objKey = s.objKey // an item no object holds
+	}
+	if objKey == "" {
+		c.mu.Unlock()
+		return
+	}
+	t.suspect[s.name] = objKey
+	key, collecting := t.key, t.cfg != nil
+	c.mu.Unlock()
+	klog.FromContext(ctx).V(2).Info("A stored item changed without this collector; syncing its object again",
+		"target", key.String(), "item", s.name, "resourceVersion", s.rv, "deleted", deleted, "object", objKey)
+	if collecting {
+		// Otherwise the walk when the target collects again syncs it.
 		ns, name, _ := cache.SplitMetaNamespaceKey(objKey)
 		c.objectQueue.Add(objectKey{target: key, namespace: ns, name: name}.queued())
 	}
-	if deleted {
-		c.statusQueue.AddAfter(key, statusDelay)
+}
+
+// ownerLocked is the target an item's change concerns: the one whose index
+// holds the item or which is writing it, else the one its label names. A
+// target that exists but was not seen yet gets its state (and a sync), so
+// that what it finds then includes the item. Nil: the item's target does
+// not exist, or is being deleted and its items were deleted.
+func (c *Collector) ownerLocked(cluster bool, s storedItem) *target {
+	t := c.targetOfLocked(cluster, s.namespace, s.target)
+	if t != nil && (t.items[s.name] != nil || t.inflight[s.name] != nil) {
+		return t
 	}
+	// Relabelled by hand: the index knows whose it is.
+	for key, o := range c.state {
+		if key.Cluster == cluster && key.Namespace == s.namespace && (o.items[s.name] != nil || o.inflight[s.name] != nil) {
+			return o
+		}
+	}
+	if t != nil {
+		return t
+	}
+	key, ok := c.existingTarget(cluster, s.namespace, s.target)
+	if !ok {
+		return nil
+	}
+	c.targetQueue.Add(key)
+	return c.stateLocked(key)
+}
+
+// existingTarget finds the Target (ClusterTarget) whose items carry the
+// kollect.dev/target label value label, false when there is none or it is
+// being deleted.
+func (c *Collector) existingTarget(cluster bool, namespace, label string) (targetKey, bool) {
+	var objs []metav1.Object
+	if cluster {
+		if ct, err := c.clusterTargetLister.Get(label); err == nil {
+			objs = append(objs, ct)
+		} else if list, err := c.clusterTargetLister.List(labels.Everything()); err == nil {
+			for _, ct := range list {
+				objs = append(objs, ct)
+			}
+		}
+	} else {
+		if tg, err := c.targetLister.Targets(namespace).Get(label); err == nil {
+			objs = append(objs, tg)
+		} else if list, err := c.targetLister.Targets(namespace).List(labels.Everything()); err == nil {
+			for _, tg := range list {
+				objs = append(objs, tg)
+			}
+		}
+	}
+	for _, o := range objs {
+		if labelValue(o.GetName()) == label && o.GetDeletionTimestamp() == nil {
+			return targetKey{Cluster: cluster, Namespace: namespace, Name: o.GetName()}, true
+		}
+	}
+	return targetKey{}, false
+}
+
+// deleteOrphan deletes an item written for a target that does not exist
+// (by a former leader, after the target and its items were deleted). Only
+// a collector that saw the target writes its items, and this one's
+// informers are synced: were the target new, the walk that follows its
+// sync writes its items again.
+func (c *Collector) deleteOrphan(ctx context.Context, cluster bool, s storedItem) {
+	logger := klog.FromContext(ctx)
+	if !c.holding() {
+		return // another replica may lead: its collector sees the item too
+	}
+	store := c.storeFor(targetKey{Cluster: cluster})
+	if err := store.delete(ctx, s.namespace, s.name); err != nil {
+		logger.Error(err, "Deleting an item of a target that does not exist failed; a full walk will", "item", s.name, "target", s.target)
+		c.requestWalk()
+		return
+	}
+	c.countWrite(store.kind(), metrics.OpDelete)
+	logger.V(2).Info("Deleted an item of a target that does not exist", "namespace", s.namespace, "item", s.name, "target", s.target)
+}
+
+// takeSuspectsLocked removes and returns the suspect items whose repair
+// is the sync of objKey's.
+func (t *target) takeSuspectsLocked(objKey string) []string {
+	var names []string
+	for name, o := range t.suspect {
+		if o == objKey {
+			names = append(names, name)
+			delete(t.suspect, name)
+		}
+	}
+	return names
+}
+
+// inflightWrite is an item write (or delete) the collector has started and
+// not yet recorded in its index.
+type inflightWrite struct {
+	objKey  string
+	hash    itemHash
+	labels  string
+	deleted bool
+}
+
+// matches tells whether a stored change is this write's.
+func (w *inflightWrite) matches(deleted bool, s storedItem) bool {
+	if deleted || w.deleted {
+		return deleted == w.deleted
+	}
+	return w.hash == s.hash && w.objKey == s.objKey && w.labels == s.labels
 }
 
 // targetOfLocked finds the target whose items carry the kollect.dev/target

@@ -106,6 +106,8 @@ type itemStore interface {
 	// put stores an item and returns the resourceVersion it was stored at.
 	put(ctx context.Context, item *desiredItem, exists bool) (created bool, rv uint64, err error)
 	delete(ctx context.Context, namespace, name string) error
+	// get reads one stored item, false when there is none.
+	get(ctx context.Context, namespace, name string) (storedItem, bool, error)
 	// list calls fn for every stored item matching selector in namespace
 	// ("" for all), one page at a time.
 	list(ctx context.Context, namespace string, selector labels.Selector, fn func(storedItem)) error
@@ -178,6 +180,18 @@ func (s *writerStore[T]) position(ctx context.Context) (string, error) {
 		return "", err
 	}
 	return m.GetResourceVersion(), nil
+}
+
+func (s *writerStore[T]) get(ctx context.Context, namespace, name string) (storedItem, bool, error) {
+	obj, err := s.writer.Get(ctx, namespace, name)
+	if apierrors.IsNotFound(err) {
+		return storedItem{}, false, nil
+	}
+	if err != nil {
+		return storedItem{}, false, err
+	}
+	item, ok := s.item(obj)
+	return item, ok, nil
 }
 
 func (s *writerStore[T]) delete(ctx context.Context, namespace, name string) error {

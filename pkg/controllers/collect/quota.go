@@ -24,9 +24,8 @@ import (
 // status.collection.overQuotaCount and make the target Degraded,
 // QuotaExceeded, with a message naming the limit; nothing is dropped
 // silently. Waiting objects are tried again when an item of the namespace
-// is deleted or a reserved place is given back (as many as places freed),
-// when the quota changes, and at every full walk: at the latest one resync
-// period after room frees.
+// is deleted (as many as places freed), when the quota changes, and at
+// every full walk: at the latest one resync period after room frees.
 // Lowering a quota deletes nothing: items above it stay until their
 // objects go.
 //
@@ -114,16 +113,9 @@ func (c *Collector) reserve(t *target) bool {
 }
 
 // commitLocked gives back a place reserve took, once its item is indexed
-// (and so counted) or not written after all. When the item was not
-// written, or the watch of stored items indexed it before its write
-// returned (foreign.go), that frees a place a waiting object may take.
+// (and so counted) or not written after all.
 func (c *Collector) commitLocked(t *target) {
-	scope := t.key.quotaScope()
-	u := c.usageLocked(scope)
-	u.pending--
-	if u.waiting > 0 {
-		c.wakeWaitingLocked(scope, u)
-	}
+	c.usageLocked(t.key.quotaScope()).pending--
 }
 
 // countItemLocked follows the index: delta items added (+) or removed (-).

@@ -79,8 +79,8 @@ func TestQuotaCounts(t *testing.T) {
 		t.Fatalf("after the write: %+v, want 3 items, none pending", *u)
 	}
 
-	c.unindex(a, "a-1")
 	c.mu.Lock()
+	c.unindexLocked(a, "a-1")
 	c.unindexAllLocked(b)
 	c.mu.Unlock()
 	if u := c.usage["team-a"]; u.items != 1 {
@@ -130,7 +130,9 @@ func TestQuotaWaiting(t *testing.T) {
 	}
 
 	// One item goes: one waiting object, of either target, is tried.
-	c.unindex(a, "a-1")
+	c.mu.Lock()
+	c.unindexLocked(a, "a-1")
+	c.mu.Unlock()
 	if got := c.objectQueue.Len(); got != 1 {
 		t.Fatalf("%d objects queued after one place freed, want 1", got)
 	}
@@ -152,36 +154,6 @@ func TestQuotaWaiting(t *testing.T) {
 	c.mu.Unlock()
 	if w := c.usage["team-a"].waiting; w != 0 || len(b.overQuota) != 0 {
 		t.Fatalf("%d waiting, %d over quota after clearing, want none", w, len(b.overQuota))
-	}
-}
-
-// TestQuotaCommitWakes: the watch of stored items may index a new item
-// before its write returns; until the write gives its reserved place back
-// the item counts twice, and an object finding the quota full then waits.
-// The place given back must wake it.
-func TestQuotaCommitWakes(t *testing.T) {
-	c := quotaCollector(t)
-	a := c.quotaTarget(targetKey{Namespace: "team-a", Name: "a"}, itemsQuota(3))
-	c.mu.Lock()
-	c.indexLocked(a, "a-1", &itemEntry{objKey: "team-a/1"})
-	c.mu.Unlock()
-	if !c.reserve(a) {
-		t.Fatal("the second place of three is free")
-	}
-	c.mu.Lock()
-	c.indexLocked(a, "a-2", &itemEntry{objKey: "team-a/2"}) // the watch saw the write
-	room := c.hasRoomLocked(a)
-	c.mu.Unlock()
-	if room {
-		t.Fatal("an item indexed and still reserved counts twice until its write returns")
-	}
-	c.setOverQuota(a, "team-a/3", overCount)
-	c.mu.Lock()
-	c.indexLocked(a, "a-2", &itemEntry{objKey: "team-a/2"}) // the write returned
-	c.commitLocked(a)
-	c.mu.Unlock()
-	if got := c.objectQueue.Len(); got != 1 {
-		t.Fatalf("%d objects queued after the write gave its place back, want the waiting one", got)
 	}
 }
 

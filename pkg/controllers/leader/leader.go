@@ -303,11 +303,14 @@ func (o *Options) Run(ctx context.Context, host *rest.Config, cfg Configs) error
 		run(ctx, time.Now().UnixMicro())
 		return nil
 	}
-	lock := &resourcelock.LeaseLock{
+	lock := &confirmedLock{Interface: &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: o.Namespace, Name: LeaseName},
 		Client:     kube.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
-	}
+	}}
+	// The collector writes items only while the Lease is confirmed within
+	// the renew deadline, the bound the elector itself gives up at.
+	cfg.Collect.Holding = func() bool { return lock.within(o.RenewDeadline) }
 	logger := klog.FromContext(ctx).WithValues("lease", o.Namespace+"/"+LeaseName, "identity", identity)
 	for ctx.Err() == nil {
 		if err := o.campaign(ctx, lock, logger, run); err != nil {

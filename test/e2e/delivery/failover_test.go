@@ -184,10 +184,7 @@ func TestPausedLeaderFenced(t *testing.T) {
 	c := east
 	ns := "pause-" + randomSuffix()
 	c.namespace(ctx, t, ns)
-	w := world{}
-	for i := range 300 {
-		w[fmt.Sprintf("cm-%04d", i)] = fmt.Sprintf("v1-%d", i)
-	}
+	w := numbered(300, "cm-%04d", "v1-%d")
 	c.workload(ctx, t, ns, w)
 	f := c.newFanout(ctx, t, ns)
 	old, l0 := c.leader(ctx, t)

@@ -118,20 +118,36 @@ func (c *kcluster) workload(ctx context.Context, t *testing.T, ns string, w worl
 	for err := range errs {
 		t.Fatalf("%s: creating ConfigMaps: %v", c.name, err)
 	}
-	api := c.kollect.KollectV1alpha1()
-	_, err := api.Profiles(ns).Create(ctx, &v1alpha1.Profile{
-		ObjectMeta: metav1.ObjectMeta{Name: "configmaps"},
-		Spec: v1alpha1.ProfileSpec{TargetGVK: v1alpha1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
-			Attributes: []v1alpha1.Attribute{{Name: "value", Path: "cel:object.data.value"}}},
-	}, metav1.CreateOptions{})
-	must(t, err, c.name+": profile")
-	_, err = api.Targets(ns).Create(ctx, &v1alpha1.Target{
+	c.configMapProfile(ctx, t, ns)
+	_, err := c.kollect.KollectV1alpha1().Targets(ns).Create(ctx, &v1alpha1.Target{
 		ObjectMeta: metav1.ObjectMeta{Name: "web"},
 		Spec: v1alpha1.TargetSpec{ProfileRef: v1alpha1.LocalObjectReference{Name: "configmaps"},
 			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{selectLabel: "web"}}},
 	}, metav1.CreateOptions{})
 	must(t, err, c.name+": target")
 	c.waitItems(ctx, t, ns, w)
+}
+
+// numbered is a world of n ConfigMaps, the i-th named and valued by the
+// formats name and value applied to i.
+func numbered(n int, name, value string) world {
+	w := world{}
+	for i := range n {
+		w[fmt.Sprintf(name, i)] = fmt.Sprintf(value, i)
+	}
+	return w
+}
+
+// configMapProfile creates the Profile "configmaps" of ns: ConfigMaps,
+// with their data.value as the attribute value.
+func (c *kcluster) configMapProfile(ctx context.Context, t *testing.T, ns string) {
+	t.Helper()
+	_, err := c.kollect.KollectV1alpha1().Profiles(ns).Create(ctx, &v1alpha1.Profile{
+		ObjectMeta: metav1.ObjectMeta{Name: "configmaps"},
+		Spec: v1alpha1.ProfileSpec{TargetGVK: v1alpha1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
+			Attributes: []v1alpha1.Attribute{{Name: "value", Path: "cel:object.data.value"}}},
+	}, metav1.CreateOptions{})
+	must(t, err, c.name+": profile")
 }
 
 // change is one step of a burst of changes; each kind is one way an item

@@ -1,0 +1,397 @@
+package collect
+
+// Tests of the repair of items another writer changed (foreign.go): they
+// drive syncObject with an item store in memory whose write can let the
+// watch deliver other events before it returns.
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/controllers/extract"
+	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+)
+
+// fakeItems is an itemStore in memory; onPut runs inside put, after the
+// write is stored and before put returns.
+type fakeItems struct {
+	mu    sync.Mutex
+	rv    uint64
+	items map[string]storedItem
+	puts  int
+	onPut func(stored storedItem)
+}
+
+func (f *fakeItems) kind() string { return "InventoryItem" }
+
+func (f *fakeItems) put(ctx context.Context, item *desiredItem, exists bool) (bool, uint64, error) {
+	f.mu.Lock()
+	f.rv++
+	_, had := f.items[item.name]
+	s := storedItem{namespace: item.namespace, name: item.name, target: item.labels[labelTarget], labels: labelsKey(item.labels),
+		objKey: objectKeyOf(item.source.Namespace, item.source.Name), sourceRV: item.source.ResourceVersion, hash: hashOf(item.hash), rv: f.rv}
+	f.items[item.name] = s
+	f.puts++
+	hook := f.onPut
+	f.onPut = nil
+	f.mu.Unlock()
+	if hook != nil {
+		hook(s)
+	}
+	return !had, s.rv, nil
+}
+
+func (f *fakeItems) delete(ctx context.Context, namespace, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rv++
+	delete(f.items, name)
+	return nil
+}
+
+func (f *fakeItems) get(ctx context.Context, namespace, name string) (storedItem, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.items[name]
+	return s, ok, nil
+}
+
+func (f *fakeItems) list(ctx context.Context, namespace string, selector labels.Selector, fn func(storedItem)) error {
+	return nil
+}
+func (f *fakeItems) watch(ctx context.Context, rv string) (watch.Interface, error) { return nil, nil }
+func (f *fakeItems) stored(obj runtime.Object) (storedItem, bool)                  { return storedItem{}, false }
+func (f *fakeItems) position(ctx context.Context) (string, error)                  { return "", nil }
+
+// foreignFixture is a collector with one Target ns/web collecting the
+// ConfigMap ns/cm-a (data.value "new"), whose index holds the item of
+// cm-a's older content "old", stored at resourceVersion 10.
+func foreignFixture(t *testing.T) (*Collector, *target, *fakeItems, objectKey, string) {
+	t.Helper()
+	c := quotaCollector(t)
+	nsIndexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	_ = nsIndexer.Add(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}})
+	c.namespaces = corev1listers.NewNamespaceLister(nsIndexer)
+	store := &fakeItems{rv: 10, items: map[string]storedItem{}}
+	c.itemStore, c.clusterItemStore = store, store
+
+	p := &v1alpha1.Profile{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "configmaps"}, Spec: v1alpha1.ProfileSpec{
+		TargetGVK:  v1alpha1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
+		Attributes: []v1alpha1.Attribute{{Name: "value", Path: "cel:object.data.value"}}}}
+	ext, err := extract.New(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := targetKey{Namespace: "ns", Name: "web"}
+	sel, err := newSelection(&view{key: key}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &targetConfig{fingerprint: "fp", extractor: ext, profile: types.NamespacedName{Namespace: "ns", Name: "configmaps"},
+		gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, namespaced: true, sel: sel}
+	cfg.labels = itemLabels(key, cfg)
+	cfg.labelsKey = labelsKey(cfg.labels)
+
+	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &unstructured.Unstructured{}, 0, cache.Indexers{cache.NamespaceIndex: namespaceIndex})
+	cm := func(value, rv string) *cachedObject {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+			"metadata": map[string]any{"namespace": "ns", "name": "cm-a", "uid": "uid-a", "resourceVersion": rv},
+			"data":     map[string]any{"value": value}}}
+		return compact(u, nil).(*cachedObject)
+	}
+	old := cm("old", "1")
+	if err := inf.GetIndexer().Add(cm("new", "2")); err != nil {
+		t.Fatal(err)
+	}
+	gi := &gvrInformer{informer: inf, users: map[targetKey]informerShape{}}
+	gi.synced.Store(true)
+
+	c.mu.Lock()
+	tg := c.stateLocked(key)
+	tg.cfg, tg.informer = cfg, gi
+	obj, _ := old.Object()
+	content, err := ext.Extract(context.Background(), obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := extract.ItemName("web", old.Source())
+	s := storedItem{namespace: "ns", name: name, target: "web", labels: cfg.labelsKey, objKey: "ns/cm-a", sourceRV: "1",
+		hash: hashOf(extract.Hash(old.Source(), content)), rv: 10}
+	store.items[name] = s
+	c.indexLocked(tg, name, &itemEntry{objKey: s.objKey, hash: s.hash, labels: s.labels, sourceRV: "1", extractedWith: "fp", rv: 10})
+	c.mu.Unlock()
+	return c, tg, store, objectKey{target: key, namespace: "ns", name: "cm-a"}, name
+}
+
+// drain runs syncObject for every queued object until the queue is empty
+// (at most n rounds).
+func drain(t *testing.T, c *Collector, n int) {
+	t.Helper()
+	for i := 0; i < n && c.objectQueue.Len() > 0; i++ {
+		q, _ := c.objectQueue.Get()
+		if err := c.syncObject(context.Background(), q.key()); err != nil {
+			t.Fatal(err)
+		}
+		c.objectQueue.Done(q)
+		c.objectQueue.Forget(q)
+	}
+}
+
+// TestForeignStaleWriteDuringOwnWrite: the collector updates cm-a's
+// item (rv 11); before its write returns, the watch delivers that write
+// and then a former leader's stale write of the same item (rv 12). The
+// stored item is the stale one; the collector must write it again.
+func TestForeignStaleWriteDuringOwnWrite(t *testing.T) {
+	c, _, store, k, name := foreignFixture(t)
+	ctx := context.Background()
+	store.onPut = func(own storedItem) {
+		c.itemChanged(ctx, false, false, own) // the watch sees the own write first
+		store.mu.Lock()
+		store.rv++
+		stale := own
+		stale.hash = hashOf(fakeHashHex("stale"))
+		stale.rv = store.rv
+		store.items[name] = stale
+		store.mu.Unlock()
+		c.itemChanged(ctx, false, false, stale) // then the foreign write
+	}
+	if err := c.syncObject(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, c, 10)
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if got := store.items[name]; got.hash == hashOf(fakeHashHex("stale")) {
+		t.Fatalf("the stale foreign write (rv %d) stays stored after %d puts: the index entry written after put returned (rv 11) replaced the watch's newer record", got.rv, store.puts)
+	}
+}
+
+// TestForeignDeleteDuringOwnWrite: as above, but the foreign write
+// deletes the item (rv 12) before the collector's write returns. The item
+// must be stored again.
+func TestForeignDeleteDuringOwnWrite(t *testing.T) {
+	c, tg, store, k, name := foreignFixture(t)
+	ctx := context.Background()
+	store.onPut = func(own storedItem) {
+		store.mu.Lock()
+		store.rv++
+		gone := own
+		gone.rv = store.rv
+		delete(store.items, name)
+		store.mu.Unlock()
+		c.itemChanged(ctx, false, true, gone) // the watch sees the deletion before put returns
+	}
+	if err := c.syncObject(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, c, 10)
+	store.mu.Lock()
+	_, ok := store.items[name]
+	puts := store.puts
+	store.mu.Unlock()
+	c.mu.Lock()
+	_, indexed := tg.items[name]
+	c.mu.Unlock()
+	if !ok {
+		t.Fatalf("cm-a's item deleted by a foreign writer is not stored again after %d puts (indexed: %v): the collector's index says it exists", puts, indexed)
+	}
+}
+
+func fakeHashHex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// configMap adds the ConfigMap ns/name (uid, data.value value) to the
+// fixture's informer and returns its item's name for target web.
+func configMap(t *testing.T, tg *target, name, uid, value string) string {
+	t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"namespace": "ns", "name": name, "uid": uid, "resourceVersion": "5"},
+		"data":     map[string]any{"value": value}}}
+	obj := compact(u, nil).(*cachedObject)
+	if err := tg.informer.informer.GetIndexer().Add(obj); err != nil {
+		t.Fatal(err)
+	}
+	return extract.ItemName("web", obj.Source())
+}
+
+// nsQuota is a quota of limit items in namespace ns.
+func nsQuota(limit int64) tenancy.QuotaSet {
+	return tenancy.NamespaceQuotas("ns", []kollect.Scope{{ObjectMeta: metav1.ObjectMeta{Name: "quota", Namespace: "ns"},
+		Spec: kollect.ScopeSpec{MaxItems: ptr.To(limit)}}}, tenancy.Quotas{})
+}
+
+// queued lists the objects queued, without running them.
+func queued(c *Collector) []string {
+	var out []string
+	for c.objectQueue.Len() > 0 {
+		q, _ := c.objectQueue.Get()
+		out = append(out, q.name)
+		c.objectQueue.Done(q)
+		defer c.objectQueue.Add(q)
+	}
+	return out
+}
+
+// The collector's own writes come back through the watch, before and after
+// the write returns: neither is a foreign change.
+func TestForeignOwnWritesAreNotSuspect(t *testing.T) {
+	c, tg, store, k, _ := foreignFixture(t)
+	ctx := context.Background()
+	var own storedItem
+	store.onPut = func(s storedItem) {
+		own = s
+		c.itemChanged(ctx, false, false, s) // before the write returns
+	}
+	if err := c.syncObject(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	c.itemChanged(ctx, false, false, own) // after
+	c.mu.Lock()
+	suspects := len(tg.suspect)
+	c.mu.Unlock()
+	if suspects != 0 || c.objectQueue.Len() != 0 {
+		t.Fatalf("own write: %d suspect items, %d objects queued, want none", suspects, c.objectQueue.Len())
+	}
+	// Its deletion likewise, when the object goes.
+	if err := tg.informer.informer.GetIndexer().Delete(&unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"namespace": "ns", "name": "cm-a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	gone := own
+	gone.rv = own.rv + 1
+	store.onPut = nil
+	c.mu.Lock()
+	tg.inflight[own.name] = &inflightWrite{deleted: true} // as deleteItem sets it
+	c.mu.Unlock()
+	c.itemChanged(ctx, false, true, gone)
+	if c.objectQueue.Len() != 0 {
+		t.Fatalf("own deletion: %d objects queued, want none", c.objectQueue.Len())
+	}
+}
+
+// A foreign deletion under a full quota keeps the item's place: no waiting
+// object takes it, and the item is written again.
+func TestForeignDeleteKeepsThePlace(t *testing.T) {
+	c, tg, store, k, name := foreignFixture(t)
+	ctx := context.Background()
+	c.mu.Lock()
+	tg.quota = nsQuota(1)
+	c.mu.Unlock()
+	if err := c.syncObject(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	configMap(t, tg, "cm-c", "uid-c", "c")
+	if err := c.syncObject(ctx, objectKey{target: k.target, namespace: "ns", name: "cm-c"}); err != nil {
+		t.Fatal(err)
+	}
+	store.mu.Lock()
+	gone := store.items[name]
+	delete(store.items, name)
+	store.rv++
+	gone.rv = store.rv
+	store.mu.Unlock()
+	c.itemChanged(ctx, false, true, gone)
+	if q := queued(c); len(q) != 1 || q[0] != "cm-a" {
+		t.Fatalf("queued %v after the foreign deletion, want [cm-a] (cm-c waits)", q)
+	}
+	drain(t, c, 10)
+	store.mu.Lock()
+	_, stored := store.items[name]
+	n := len(store.items)
+	store.mu.Unlock()
+	c.mu.Lock()
+	u, waiting := *c.usage["ns"], tg.overQuota["ns/cm-c"]
+	c.mu.Unlock()
+	if !stored || n != 1 || u.items != 1 || u.pending != 0 || waiting != overCount {
+		t.Fatalf("after the repair: cm-a's item stored %v, %d items stored, usage %+v, cm-c waiting %v; want cm-a's item back, 1 item, cm-c waiting", stored, n, u, waiting)
+	}
+}
+
+// Items no object holds are deleted: one created for an object waiting for
+// a place (its own name), and an old item of a recreated object. Neither
+// takes a place.
+func TestForeignItemsNoObjectHoldsAreDeleted(t *testing.T) {
+	c, tg, store, k, name := foreignFixture(t)
+	ctx := context.Background()
+	c.mu.Lock()
+	tg.quota = nsQuota(1)
+	c.mu.Unlock()
+	if err := c.syncObject(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	cName := configMap(t, tg, "cm-c", "uid-c", "c")
+	if err := c.syncObject(ctx, objectKey{target: k.target, namespace: "ns", name: "cm-c"}); err != nil {
+		t.Fatal(err)
+	}
+	store.mu.Lock()
+	ghost := store.items[name]
+	ghost.name, ghost.objKey, ghost.rv = cName, "ns/cm-c", store.rv+1
+	old := store.items[name]
+	old.name, old.rv = extract.ItemName("web", kollect.ItemSource{UID: "uid-a-before"}), store.rv+2
+	store.items[ghost.name], store.items[old.name] = ghost, old
+	store.rv += 2
+	store.mu.Unlock()
+	c.itemChanged(ctx, false, false, ghost)
+	c.itemChanged(ctx, false, false, old)
+	drain(t, c, 10)
+	store.mu.Lock()
+	_, ghostStored := store.items[ghost.name]
+	_, oldStored := store.items[old.name]
+	_, ownStored := store.items[name]
+	store.mu.Unlock()
+	c.mu.Lock()
+	u, waiting := *c.usage["ns"], tg.overQuota["ns/cm-c"]
+	c.mu.Unlock()
+	if ghostStored || oldStored || !ownStored || u.items != 1 || waiting != overCount {
+		t.Fatalf("ghost stored %v, old item stored %v, cm-a's item stored %v, usage %+v, cm-c waiting %v; want only cm-a's item, 1 counted, cm-c waiting",
+			ghostStored, oldStored, ownStored, u, waiting)
+	}
+}
+
+// An item relabelled to another target is repaired by the target whose
+// index holds it.
+func TestForeignRelabelledItem(t *testing.T) {
+	c, tg, store, k, name := foreignFixture(t)
+	ctx := context.Background()
+	if err := c.syncObject(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	other := c.stateLocked(targetKey{Namespace: "ns", Name: "other"})
+	other.cfg = tg.cfg
+	c.mu.Unlock()
+	store.mu.Lock()
+	moved := store.items[name]
+	moved.target, moved.labels = "other", labelsKey(map[string]string{labelTarget: "other"})
+	store.rv++
+	moved.rv = store.rv
+	store.items[name] = moved
+	store.mu.Unlock()
+	c.itemChanged(ctx, false, false, moved)
+	drain(t, c, 10)
+	store.mu.Lock()
+	got := store.items[name]
+	store.mu.Unlock()
+	if got.target != "web" || got.labels != tg.cfg.labelsKey {
+		t.Fatalf("the relabelled item is labelled %q (%s), want web's labels back", got.target, got.labels)
+	}
+}
