@@ -560,6 +560,13 @@ func processQueue[T comparable](ctx context.Context, q workqueue.TypedRateLimiti
 			if ctx.Err() != nil {
 				return
 			}
+			if errors.Is(err, errLeaseUnconfirmed) {
+				// Not a failure of this key: it waits for the lease
+				// without spending the queue's backoff.
+				q.Forget(key)
+				q.AddAfter(key, time.Second)
+				return
+			}
 			metrics.ReconcileErrors.WithLabelValues(kind, errorClass(err)).Inc()
 			logger.V(2).Info("Reconcile failed; retrying", "kind", kind, "key", fmt.Sprint(key), "err", err)
 			q.AddRateLimited(key)
@@ -582,8 +589,6 @@ func errorClass(err error) string {
 		return "timeout"
 	case meta.IsNoMatchError(err):
 		return "kind_not_found"
-	case errors.Is(err, errLeaseUnconfirmed):
-		return "lease_unconfirmed"
 	default:
 		return "other"
 	}
@@ -797,6 +802,9 @@ func gvkString(gvk schema.GroupVersionKind) string {
 // finish handles a target that is gone or being deleted: it stops
 // collecting, deletes every item of the target, and removes the finalizer.
 func (c *Collector) finish(ctx context.Context, key targetKey, v *view) error {
+	if !c.holding() {
+		return errLeaseUnconfirmed
+	}
 	c.mu.Lock()
 	t := c.state[key]
 	hadItems := t != nil && len(t.items) > 0
@@ -906,9 +914,12 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) (err error) {
 	store := c.storeFor(k.target)
 	// replace: storage does not hold the object's item as the index says.
 	var replace bool
+	// retain keeps the suspects for a later sync when this one ends
+	// without writing the object's item (an extraction failure).
+	var retain bool
 	if len(suspects) > 0 {
 		defer func() {
-			if err != nil {
+			if err != nil || retain {
 				// Not repaired: the retry reads storage again.
 				c.mu.Lock()
 				for _, name := range suspects {
@@ -933,7 +944,7 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) (err error) {
 		if !had {
 			return nil
 		}
-		return c.deleteItem(ctx, t, store, oldName)
+		return c.deleteItem(ctx, t, store, objKey, oldName)
 	}
 
 	source := obj.Source()
@@ -962,6 +973,7 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) (err error) {
 	if err != nil {
 		metrics.ReconcileErrors.WithLabelValues(k.target.kind(), "extraction").Inc()
 		c.setFailure(t, objKey, fmt.Errorf("%s %s: %w", source.Kind, objKey, err))
+		retain = replace
 		return nil
 	}
 	c.setFailure(t, objKey, nil)
@@ -969,7 +981,7 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) (err error) {
 		// Not written; the previous item would claim content the object no
 		// longer has.
 		if had {
-			if err := c.deleteItem(ctx, t, store, oldName); err != nil {
+			if err := c.deleteItem(ctx, t, store, objKey, oldName); err != nil {
 				return err
 			}
 		}
@@ -990,7 +1002,7 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) (err error) {
 	}
 	if had && oldName != name {
 		// The object was recreated under its name: a new uid, a new item.
-		if err := c.deleteItem(ctx, t, store, oldName); err != nil {
+		if err := c.deleteItem(ctx, t, store, objKey, oldName); err != nil {
 			return err
 		}
 	}
@@ -1062,13 +1074,22 @@ func (c *Collector) repair(ctx context.Context, t *target, store itemStore, objK
 			continue
 		}
 		c.mu.Lock()
-		_, held := t.items[name]
+		e := t.items[name]
 		c.mu.Unlock()
-		if held {
+		if e != nil && e.objKey != objKey {
 			continue // another object's now; its sync repairs it
 		}
+		// Held by no object, or a second item of this one (a full walk
+		// indexes whatever storage holds).
 		if err := store.delete(ctx, t.key.Namespace, name); err != nil {
 			return old, false, err
+		}
+		if e != nil {
+			c.mu.Lock()
+			if t.items[name] == e {
+				c.unindexLocked(t, name)
+			}
+			c.mu.Unlock()
 		}
 		c.countWrite(store.kind(), metrics.OpDelete)
 		klog.FromContext(ctx).V(2).Info("Deleted an item no object holds", "target", t.key.String(), "item", name, "object", objKey)
@@ -1076,10 +1097,10 @@ func (c *Collector) repair(ctx context.Context, t *target, store itemStore, objK
 	return old, replace, nil
 }
 
-// deleteItem deletes an object's item and forgets it.
-func (c *Collector) deleteItem(ctx context.Context, t *target, store itemStore, name string) error {
+// deleteItem deletes the item name of the object objKey and forgets it.
+func (c *Collector) deleteItem(ctx context.Context, t *target, store itemStore, objKey, name string) error {
 	c.mu.Lock()
-	t.inflight[name] = &inflightWrite{deleted: true}
+	t.inflight[name] = &inflightWrite{objKey: objKey, deleted: true}
 	c.mu.Unlock()
 	err := store.delete(ctx, t.key.Namespace, name)
 	c.mu.Lock()
@@ -1154,6 +1175,9 @@ func (c *Collector) unindexAllLocked(t *target) {
 // from storage (the source of truth, whoever wrote last), deletes the items
 // of targets that no longer exist, and walks every target.
 func (c *Collector) resync(ctx context.Context) error {
+	if !c.holding() {
+		return errLeaseUnconfirmed
+	}
 	start := time.Now()
 	stored := map[targetKey][]storedItem{}
 	var orphans []storedItem
@@ -1234,7 +1258,7 @@ func (c *Collector) resync(ctx context.Context) error {
 // rebuildIndexLocked replaces a target's index by what storage holds,
 // keeping what the old index knew about extraction when the item is the same.
 func (c *Collector) rebuildIndexLocked(t *target, items []storedItem) {
-	old := t.items
+	old, oldByObject := t.items, t.byObject
 	c.unindexAllLocked(t)
 	for _, s := range items {
 		e := entryOf(s)
@@ -1242,5 +1266,18 @@ func (c *Collector) rebuildIndexLocked(t *target, items []storedItem) {
 			e.extractedWith = prev.extractedWith
 		}
 		c.indexLocked(t, s.name, e)
+	}
+	// Two items naming one object (another writer's, foreign.go): the one
+	// the old index gave the object stays its item, the other is suspect,
+	// and the object's sync deletes it.
+	for name, e := range t.items {
+		held := t.byObject[e.objKey]
+		if held == name {
+			continue
+		}
+		if oldByObject[e.objKey] == name {
+			t.byObject[e.objKey], name = name, held
+		}
+		t.suspect[name] = e.objKey
 	}
 }

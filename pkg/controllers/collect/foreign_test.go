@@ -8,6 +8,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"sort"
 	"sync"
 	"testing"
 
@@ -21,11 +23,13 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/extract"
+	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
@@ -393,5 +397,250 @@ func TestForeignRelabelledItem(t *testing.T) {
 	store.mu.Unlock()
 	if got.target != "web" || got.labels != tg.cfg.labelsKey {
 		t.Fatalf("the relabelled item is labelled %q (%s), want web's labels back", got.target, got.labels)
+	}
+}
+
+// hookItems is fakeItems with a list (sorted by name, as etcd lists) and
+// a hook inside delete, after the deletion is stored and before delete
+// returns.
+type hookItems struct {
+	*fakeItems
+	dmu      sync.Mutex
+	onDelete func(name string)
+	deletes  int
+}
+
+func (h *hookItems) delete(ctx context.Context, namespace, name string) error {
+	if err := h.fakeItems.delete(ctx, namespace, name); err != nil {
+		return err
+	}
+	h.dmu.Lock()
+	h.deletes++
+	hook := h.onDelete
+	h.onDelete = nil
+	h.dmu.Unlock()
+	if hook != nil {
+		hook(name)
+	}
+	return nil
+}
+
+func (h *hookItems) list(ctx context.Context, namespace string, selector labels.Selector, fn func(storedItem)) error {
+	h.mu.Lock()
+	var all []storedItem
+	for _, s := range h.items {
+		all = append(all, s)
+	}
+	h.mu.Unlock()
+	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
+	for _, s := range all {
+		fn(s)
+	}
+	return nil
+}
+
+// sortedList is what a full walk's list returns now (sorted by name).
+func sortedList(store *fakeItems) []storedItem {
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	var all []storedItem
+	for _, s := range store.items {
+		all = append(all, s)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].name < all[j].name })
+	return all
+}
+
+// oldUIDItem is a stored item of cm-a under another (older) uid whose name
+// sorts before (before=true) or after name.
+func oldUIDItem(t *testing.T, store *fakeItems, name string, before bool) storedItem {
+	t.Helper()
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	for i := 0; i < 1000; i++ {
+		n := extract.ItemName("web", kollect.ItemSource{Namespace: "ns", Name: "cm-a", UID: oldUID(i)})
+		if (n < name) == before {
+			s := store.items[name]
+			store.rv++
+			s.name, s.rv = n, store.rv
+			store.items[n] = s
+			return s
+		}
+	}
+	t.Fatal("no uid found")
+	return storedItem{}
+}
+
+func oldUID(i int) types.UID {
+	return types.UID("uid-a-before-" + string(rune('a'+i%26)) + string(rune('a'+i/26%26)))
+}
+
+// A former leader's old-uid item of cm-a (a recreated object) is suspect;
+// a full walk's rebuild lands before cm-a's sync and indexes it next to
+// cm-a's real item. It is still deleted, and counted no more (it was kept
+// for good, as "held", before).
+func TestForeignSecondItemAfterRebuildIsDeleted(t *testing.T) {
+	c, tg, store, k, name := foreignFixture(t)
+	ctx := context.Background()
+	if err := c.syncObject(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	ghost := oldUIDItem(t, store, name, true)
+	c.itemChanged(ctx, false, false, ghost) // suspect, cm-a queued
+	// The periodic full walk lists and rebuilds before cm-a's sync runs.
+	c.mu.Lock()
+	c.rebuildIndexLocked(tg, sortedList(store))
+	c.mu.Unlock()
+	drain(t, c, 10)
+	// And the next full walks: rebuild, then every object synced.
+	for round := 0; round < 2; round++ {
+		c.mu.Lock()
+		c.rebuildIndexLocked(tg, sortedList(store))
+		c.mu.Unlock()
+		if err := c.syncObject(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store.mu.Lock()
+	_, ghostStored := store.items[ghost.name]
+	store.mu.Unlock()
+	c.mu.Lock()
+	u := *c.usage["ns"]
+	suspects := len(tg.suspect)
+	c.mu.Unlock()
+	if ghostStored || u.items != 1 {
+		t.Fatalf("cm-a's old-uid item %s still stored: %v (usage %+v, suspects left %d); want it deleted and 1 item counted",
+			ghost.name, ghostStored, u, suspects)
+	}
+}
+
+// An item kept while its object fails extraction ("an item written
+// earlier is kept as it was") is deleted by another writer: the suspect
+// stays until a sync can write the item (it was dropped before), and the
+// item keeps its place.
+func TestForeignDeleteOfFailingObjectIsRepairedLater(t *testing.T) {
+	c, tg, store, k, name := foreignFixture(t)
+	ctx := context.Background()
+	// cm-a loses data.value: extraction fails, the item is kept.
+	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"namespace": "ns", "name": "cm-a", "uid": "uid-a", "resourceVersion": "3"}}}
+	if err := tg.informer.informer.GetIndexer().Update(compact(u, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.syncObject(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	failed := len(tg.failed)
+	c.mu.Unlock()
+	if failed != 1 {
+		t.Fatalf("setup: cm-a should fail extraction, failed=%d", failed)
+	}
+	store.mu.Lock()
+	gone := store.items[name]
+	delete(store.items, name)
+	store.rv++
+	gone.rv = store.rv
+	store.mu.Unlock()
+	c.itemChanged(ctx, false, true, gone)
+	drain(t, c, 10)
+	c.mu.Lock()
+	_, indexed := tg.items[name]
+	suspect := tg.suspect[name]
+	usage := *c.usage["ns"]
+	c.mu.Unlock()
+	if !indexed || suspect != "ns/cm-a" || usage.items != 1 {
+		t.Fatalf("while cm-a fails extraction: indexed %v, suspect %q, usage %+v; want the item's place kept and the suspect kept for cm-a", indexed, suspect, usage)
+	}
+	// cm-a extracts again: its item is written back.
+	u.Object["data"] = map[string]any{"value": "new"}
+	if err := tg.informer.informer.GetIndexer().Update(compact(u, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.syncObject(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	store.mu.Lock()
+	_, stored := store.items[name]
+	store.mu.Unlock()
+	if !stored {
+		t.Fatal("cm-a's item, deleted by another writer while cm-a failed extraction, is not written back once it extracts")
+	}
+}
+
+// A foreign (re)creation of an item while the collector's own delete of
+// it is in flight is repaired: the item of an object that is gone is
+// deleted (the change was dropped before).
+func TestForeignCreateDuringOwnDelete(t *testing.T) {
+	c, tg, fake, k, name := foreignFixture(t)
+	store := &hookItems{fakeItems: fake}
+	c.itemStore, c.clusterItemStore = store, store
+	ctx := context.Background()
+	// cm-a is deleted: its sync deletes the item.
+	if err := tg.informer.informer.GetIndexer().Delete(&unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"namespace": "ns", "name": "cm-a"}}}); err != nil {
+		t.Fatal(err)
+	}
+	store.onDelete = func(string) {
+		// A former leader's stale write lands right after the delete (its
+		// Update got NotFound and fell back to Create) and the watch
+		// delivers it before this delete returns.
+		fake.mu.Lock()
+		fake.rv++
+		s := storedItem{namespace: "ns", name: name, target: "web", labels: tg.cfg.labelsKey, objKey: "ns/cm-a",
+			hash: hashOf(fakeHashHex("stale")), rv: fake.rv}
+		fake.items[name] = s
+		fake.mu.Unlock()
+		c.itemChanged(ctx, false, false, s)
+	}
+	if err := c.syncObject(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	drain(t, c, 10)
+	fake.mu.Lock()
+	_, stored := fake.items[name]
+	fake.mu.Unlock()
+	c.mu.Lock()
+	suspects := len(tg.suspect)
+	c.mu.Unlock()
+	if stored {
+		t.Fatalf("an item for the deleted cm-a, recreated by another writer during the collector's delete, stays stored (suspects %d, queued %d)",
+			suspects, c.objectQueue.Len())
+	}
+}
+
+// A full walk deletes nothing while the lease is unconfirmed: a former
+// leader resumed after a pause may run the walk its timer fired during
+// the pause, with listers that have not seen the targets created
+// meanwhile, and would delete their items.
+func TestResyncWaitsForTheLease(t *testing.T) {
+	c, _, fake, _, _ := foreignFixture(t)
+	store := &hookItems{fakeItems: fake}
+	c.itemStore = store
+	c.clusterItemStore = &hookItems{fakeItems: &fakeItems{items: map[string]storedItem{}}}
+	c.workers = 2 // deleteItems' concurrency
+	c.cfg.Holding = func() bool { return false }
+	c.targetQueue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[targetKey]())
+	t.Cleanup(c.targetQueue.ShutDown)
+	ti := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	_ = ti.Add(&v1alpha1.Target{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"}})
+	c.targetLister = kollectlisters.NewTargetLister(ti)
+	c.clusterTargetLister = kollectlisters.NewClusterTargetLister(cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}))
+	// The new leader collected a Target "new" created during the pause.
+	fake.mu.Lock()
+	fake.rv++
+	fake.items["new-item"] = storedItem{namespace: "ns", name: "new-item", target: "new", objKey: "ns/x", rv: fake.rv}
+	fake.mu.Unlock()
+	if c.holding() {
+		t.Fatal("setup: holding")
+	}
+	if err := c.resync(context.Background()); !errors.Is(err, errLeaseUnconfirmed) {
+		t.Fatalf("resync with the lease unconfirmed: %v, want errLeaseUnconfirmed", err)
+	}
+	fake.mu.Lock()
+	_, stored := fake.items["new-item"]
+	fake.mu.Unlock()
+	if !stored || store.deletes != 0 {
+		t.Fatalf("resync with an unconfirmed lease deleted %d items (new-item stored: %v); item writes must wait for the lease", store.deletes, stored)
 	}
 }
