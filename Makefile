@@ -112,7 +112,7 @@ test: verify unit fuzz release-check e2e ## everything CI runs
 # Knobs (test/bench/*_test.go): KOLLECT_BENCH_SIZES and KOLLECT_BENCH_EXPORT_SIZES (item counts,
 # comma-separated; default 10000,100000), KOLLECT_BENCH_IDLE_INVENTORIES (default 1000; 0: none),
 # KOLLECT_BENCH_IDLE_SETTLE (1m), KOLLECT_BENCH_IDLE_WINDOW (2m), KOLLECT_BENCH_IDLE_ONLY=1 (no API
-# comparison), KOLLECT_BENCH_PPROF=dir (profiles). BenchmarkExport needs PostgreSQL and NATS (make services).
+# comparison), KOLLECT_BENCH_API_PASSES (3: API comparisons pooled), KOLLECT_BENCH_PPROF=dir (profiles). BenchmarkExport needs PostgreSQL and NATS (make services).
 .PHONY: bench
 bench: build ## benchmarks; prints tables with figures and conditions
 	@hack/build-tools.sh kube

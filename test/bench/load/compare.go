@@ -99,3 +99,56 @@ func ratio(a, b float64) string {
 	}
 	return fmt.Sprintf("%.2f", a/b)
 }
+
+// Pool merges the samples of several passes of the same comparison: one
+// sample per path, operation and concurrency (in the first pass's order),
+// its latencies those of every pass together.
+func Pool(passes ...[]Sample) []Sample {
+	if len(passes) == 0 {
+		return nil
+	}
+	var out []Sample
+	for _, s := range passes[0] {
+		parts := []Result{s.Result}
+		for _, other := range passes[1:] {
+			if o, ok := find(other, s.Path, s.Name, s.Concurrency); ok {
+				parts = append(parts, o.Result)
+			}
+		}
+		out = append(out, Sample{Path: s.Path, Result: Merge(parts...)})
+	}
+	return out
+}
+
+// PrintPassRatios writes, for each operation and concurrency, path's p99
+// ratio to the baseline's in every pass on its own: how far one pass's
+// tail strays from the pooled figure.
+func PrintPassRatios(w io.Writer, title, baseline, path string, passes [][]Sample) {
+	if len(passes) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n== %s\n", title)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "operation\tclients\t")
+	for i := range passes {
+		fmt.Fprintf(tw, "pass %d\t", i+1)
+	}
+	fmt.Fprintln(tw)
+	for _, s := range passes[0] {
+		if s.Path != path {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d\t", s.Name, s.Concurrency)
+		for _, samples := range passes {
+			o, ook := find(samples, path, s.Name, s.Concurrency)
+			base, ok := find(samples, baseline, s.Name, s.Concurrency)
+			if !ok || !ook {
+				fmt.Fprint(tw, "-\t")
+				continue
+			}
+			fmt.Fprintf(tw, "%s\t", ratio(float64(o.P99), float64(base.P99)))
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+}
