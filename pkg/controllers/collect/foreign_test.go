@@ -297,12 +297,7 @@ func TestForeignOwnWritesAreNotSuspect(t *testing.T) {
 func TestForeignDeleteKeepsThePlace(t *testing.T) {
 	c, tg, store, k, name := foreignFixture(t)
 	ctx := context.Background()
-	c.mu.Lock()
-	tg.quota = nsQuota(1)
-	c.mu.Unlock()
-	if err := c.syncObject(ctx, k); err != nil {
-		t.Fatal(err)
-	}
+	fillQuotaOfOne(t, c, tg, k)
 	configMap(t, tg, "cm-c", "uid-c", "c")
 	if err := c.syncObject(ctx, objectKey{target: k.target, namespace: "ns", name: "cm-c"}); err != nil {
 		t.Fatal(err)
@@ -336,12 +331,7 @@ func TestForeignDeleteKeepsThePlace(t *testing.T) {
 func TestForeignItemsNoObjectHoldsAreDeleted(t *testing.T) {
 	c, tg, store, k, name := foreignFixture(t)
 	ctx := context.Background()
-	c.mu.Lock()
-	tg.quota = nsQuota(1)
-	c.mu.Unlock()
-	if err := c.syncObject(ctx, k); err != nil {
-		t.Fatal(err)
-	}
+	fillQuotaOfOne(t, c, tg, k)
 	cName := configMap(t, tg, "cm-c", "uid-c", "c")
 	if err := c.syncObject(ctx, objectKey{target: k.target, namespace: "ns", name: "cm-c"}); err != nil {
 		t.Fatal(err)
@@ -642,5 +632,17 @@ func TestResyncWaitsForTheLease(t *testing.T) {
 	fake.mu.Unlock()
 	if !stored || store.deletes != 0 {
 		t.Fatalf("resync with an unconfirmed lease deleted %d items (new-item stored: %v); item writes must wait for the lease", store.deletes, stored)
+	}
+}
+
+// fillQuotaOfOne limits the fixture's namespace to one item and collects
+// cm-a, which takes it.
+func fillQuotaOfOne(t *testing.T, c *Collector, tg *target, k objectKey) {
+	t.Helper()
+	c.mu.Lock()
+	tg.quota = nsQuota(1)
+	c.mu.Unlock()
+	if err := c.syncObject(context.Background(), k); err != nil {
+		t.Fatal(err)
 	}
 }

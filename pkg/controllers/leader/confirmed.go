@@ -12,9 +12,9 @@ import (
 // itself into the Lease (acquired or renewed). Another replica takes over
 // only after seeing the Lease unchanged for a lease duration, so a write
 // sent at time T keeps them off until at least T + the lease duration. A
-// replica paused past that (SIGSTOP: its monotonic clock runs on) learns it from the
-// monotonic clock as soon as it runs again, before its elector has tried
-// to renew and failed.
+// replica paused past that (SIGSTOP: its monotonic clock runs on) learns
+// it from that clock as soon as it runs again, before its elector has
+// tried to renew and failed.
 type confirmedLock struct {
 	resourcelock.Interface
 	mu   sync.Mutex

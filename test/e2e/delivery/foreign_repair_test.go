@@ -234,25 +234,7 @@ func TestForeignOldItemOfRecreatedObject(t *testing.T) {
 	w := world{"cm-a": "a1", "cm-b": "b1"}
 	c.workload(ctx, t, ns, w)
 	etcd := etcdClient(t, c)
-	oldKey, oldItem := itemOf(itemsByKey(ctx, t, etcd, ns), "web", "cm-a")
-	if oldKey == "" {
-		t.Fatal("cm-a's item not in etcd")
-	}
-
-	must(t, c.kube.CoreV1().ConfigMaps(ns).Delete(ctx, "cm-a", metav1.DeleteOptions{}), "delete cm-a")
-	delete(w, "cm-a")
-	c.waitItems(ctx, t, ns, w)
-	_, err := c.kube.CoreV1().ConfigMaps(ns).Create(ctx, configMap("cm-a", "a2"), metav1.CreateOptions{})
-	must(t, err, "create cm-a again")
-	w["cm-a"] = "a2"
-	c.waitItems(ctx, t, ns, w)
-
-	put(ctx, t, etcd, oldKey, oldItem) // the former leader's late write
-	time.Sleep(5 * time.Second)
-
-	updateCM(ctx, t, c, ns, "cm-a", "a3")
-	w["cm-a"] = "a3"
-	settleItems(ctx, t, c, ns, w, time.Minute)
+	recreateUnderLateOldItem(ctx, t, c, ns, etcd, w)
 	settle(ctx, t, 10*time.Second, "status exact", func(ctx context.Context) (bool, string) {
 		obs, err := targetCollection(ctx, c, ns, "web")
 		return err == nil && obs.ItemCount == 2 && obs.OverQuotaCount == 0, state(ctx, c, ns)
@@ -264,19 +246,7 @@ func TestForeignOldItemOfRecreatedObject(t *testing.T) {
 func TestForeignOldItemOfRecreatedObjectNoQuota(t *testing.T) {
 	w := world{"cm-a": "a1", "cm-b": "b1"}
 	ctx, c, ns, etcd := onEast(t, "f-recreate-", w)
-	oldKey, oldItem := itemOf(itemsByKey(ctx, t, etcd, ns), "web", "cm-a")
-	must(t, c.kube.CoreV1().ConfigMaps(ns).Delete(ctx, "cm-a", metav1.DeleteOptions{}), "delete cm-a")
-	delete(w, "cm-a")
-	c.waitItems(ctx, t, ns, w)
-	_, err := c.kube.CoreV1().ConfigMaps(ns).Create(ctx, configMap("cm-a", "a2"), metav1.CreateOptions{})
-	must(t, err, "create cm-a again")
-	w["cm-a"] = "a2"
-	c.waitItems(ctx, t, ns, w)
-	put(ctx, t, etcd, oldKey, oldItem)
-	time.Sleep(5 * time.Second)
-	updateCM(ctx, t, c, ns, "cm-a", "a3")
-	w["cm-a"] = "a3"
-	settleItems(ctx, t, c, ns, w, time.Minute)
+	recreateUnderLateOldItem(ctx, t, c, ns, etcd, w)
 }
 
 // TestForeignItemClaimsAnotherSource: cm-a's item rewritten to claim
@@ -701,5 +671,31 @@ func TestForeignItemClaimsAnotherSourceMany(t *testing.T) {
 		put(ctx, t, etcd, key, item)
 	}
 	time.Sleep(5 * time.Second)
+	settleItems(ctx, t, c, ns, w, time.Minute)
+}
+
+// recreateUnderLateOldItem deletes cm-a and creates it again (a new uid, so
+// a new item name), then stores cm-a's old item back, as a former leader's
+// late write would, and checks that a later change of cm-a still reaches
+// its item: the old one is deleted, not taken for cm-a's.
+func recreateUnderLateOldItem(ctx context.Context, t *testing.T, c *kcluster, ns string, etcd *clientv3.Client, w world) {
+	t.Helper()
+	oldKey, oldItem := itemOf(itemsByKey(ctx, t, etcd, ns), "web", "cm-a")
+	if oldKey == "" {
+		t.Fatal("cm-a's item not in etcd")
+	}
+	must(t, c.kube.CoreV1().ConfigMaps(ns).Delete(ctx, "cm-a", metav1.DeleteOptions{}), "delete cm-a")
+	delete(w, "cm-a")
+	c.waitItems(ctx, t, ns, w)
+	_, err := c.kube.CoreV1().ConfigMaps(ns).Create(ctx, configMap("cm-a", "a2"), metav1.CreateOptions{})
+	must(t, err, "create cm-a again")
+	w["cm-a"] = "a2"
+	c.waitItems(ctx, t, ns, w)
+
+	put(ctx, t, etcd, oldKey, oldItem) // the former leader's late write
+	time.Sleep(5 * time.Second)
+
+	updateCM(ctx, t, c, ns, "cm-a", "a3")
+	w["cm-a"] = "a3"
 	settleItems(ctx, t, c, ns, w, time.Minute)
 }
