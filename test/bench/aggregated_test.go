@@ -4,6 +4,7 @@ import (
 	"context"
 	"debug/buildinfo"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -99,6 +100,10 @@ var (
 // creates objects that are not suspended (their sinks do not exist: each
 // gets a status entry and a Warning Event), as a user's would, and deletes
 // them afterwards, unmeasured.
+//
+// Knobs: KOLLECT_BENCH_API_PASSES (passes, default 3) and
+// KOLLECT_BENCH_API_OPS (a subset of the operations, see opsFromEnv), with
+// the idle fleet's (idleOptionsFromEnv).
 func BenchmarkAggregatedVsCRD(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
@@ -315,6 +320,11 @@ func BenchmarkAggregatedVsCRD(b *testing.B) {
 			}},
 	}
 
+	ops, err = opsFromEnv(ops, func(op operation) string { return op.name })
+	if err != nil {
+		b.Fatal(err)
+	}
+
 	// Interleaved (level, operation, round, path), the paths' order
 	// rotating round by round, so that slow drift and slow moments on a
 	// shared machine (compaction, the idle fleet, other work) spread over
@@ -474,6 +484,37 @@ func apiPassesFromEnv() (int, error) {
 		return 0, fmt.Errorf("KOLLECT_BENCH_API_PASSES: %q is not a count of at least 1", s)
 	}
 	return n, nil
+}
+
+// opsFromEnv keeps the operations that KOLLECT_BENCH_API_OPS names
+// (separated by ";", as names hold commas: "create, exported;watch
+// fan-out"), in their order; all of them when it is unset. A look at one
+// row takes minutes, not the whole comparison's twenty. Every operation
+// after "create" works on the objects it created: name it too.
+func opsFromEnv[T any](ops []T, name func(T) string) ([]T, error) {
+	s := os.Getenv("KOLLECT_BENCH_API_OPS")
+	if s == "" {
+		return ops, nil
+	}
+	want := map[string]bool{}
+	for _, n := range strings.Split(s, ";") {
+		want[strings.TrimSpace(n)] = true
+	}
+	var out []T
+	for _, op := range ops {
+		if want[name(op)] {
+			out = append(out, op)
+			delete(want, name(op))
+		}
+	}
+	if len(want) > 0 {
+		var known []string
+		for _, op := range ops {
+			known = append(known, strconv.Quote(name(op)))
+		}
+		return nil, fmt.Errorf("KOLLECT_BENCH_API_OPS: unknown operations %q; known: %s", slices.Sorted(maps.Keys(want)), strings.Join(known, ", "))
+	}
+	return out, nil
 }
 
 // benchClientConfig lifts client-go's client-side rate limit (the
