@@ -1,7 +1,10 @@
 package apiserver_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 
@@ -10,6 +13,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/apiserver/testserver"
+	kollectv1alpha1 "kollect.dev/kollect/pkg/generated/clientset/versioned/typed/kollect/v1alpha1"
 )
 
 // TestSinkExportWrites: the exporters' in-process entry writes. Four
@@ -33,9 +37,8 @@ func TestSinkExportWrites(t *testing.T) {
 	}
 	uid := string(inv.UID)
 	write := func(uid, sinkName string, i int) error {
-		return srv.API.SinkExports.WriteSinkExport(ctx, false, "entries", "inv", uid, &v1alpha1.SinkExportStatus{
-			Family: v1alpha1.SinkFamilySnapshot, Name: sinkName, Namespace: "entries", ObservedGeneration: inv.Generation,
-			Outcome: v1alpha1.OutcomeExported, ItemCount: int64(i), Cursor: fmt.Sprint(i)})
+		return srv.API.SinkExports.WriteSinkExports(ctx, false, "entries", "inv", uid, []*v1alpha1.SinkExportStatus{
+			entry(sinkName, inv.Generation, i)})[0]
 	}
 	const writes = 25
 	var wg sync.WaitGroup
@@ -68,11 +71,34 @@ func TestSinkExportWrites(t *testing.T) {
 		t.Errorf("the spec changed: %+v, generation %d", got.Spec, got.Generation)
 	}
 
-	// An entry the validation refuses is not stored.
-	bad := srv.API.SinkExports.WriteSinkExport(ctx, false, "entries", "inv", uid, &v1alpha1.SinkExportStatus{
-		Family: v1alpha1.SinkFamilySnapshot, Name: "a", Outcome: v1alpha1.OutcomeFailed, Reason: "not a reason"})
-	if !apierrors.IsInvalid(bad) {
-		t.Errorf("an invalid entry: %v, want 422", bad)
+	// Entries written together are one update. An entry the validation
+	// refuses is not stored, and keeps no entry written with it from
+	// being stored.
+	bad := &v1alpha1.SinkExportStatus{Family: v1alpha1.SinkFamilySnapshot, Name: "a", Outcome: v1alpha1.OutcomeFailed, Reason: "not a reason"}
+	before := got.ResourceVersion
+	errs := srv.API.SinkExports.WriteSinkExports(ctx, false, "entries", "inv", uid, []*v1alpha1.SinkExportStatus{
+		entry("b", inv.Generation, 100), entry("c", inv.Generation, 100)})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("two entries in one write: %v", err)
+	}
+	if n := updatesSince(ctx, t, invs, "inv", before); n != 1 {
+		t.Errorf("two entries written together made %d updates, want 1", n)
+	}
+	errs = srv.API.SinkExports.WriteSinkExports(ctx, false, "entries", "inv", uid, []*v1alpha1.SinkExportStatus{
+		entry("d", inv.Generation, 200), bad})
+	if errs[0] != nil || !apierrors.IsInvalid(errs[1]) {
+		t.Errorf("a valid and an invalid entry written together: %v; want nil and 422", errs)
+	}
+	got, err = invs.Get(ctx, "inv", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int64{}
+	for _, e := range got.Status.SinkExports {
+		counts[e.Name] = e.ItemCount
+	}
+	if want := map[string]int64{"a": writes, "b": 100, "c": 100, "d": 200}; !maps.Equal(counts, want) {
+		t.Errorf("item counts of the entries: %v, want %v", counts, want)
 	}
 
 	// Deleted, then created again under the same name.
@@ -97,6 +123,39 @@ func TestSinkExportWrites(t *testing.T) {
 	if err := write(string(again.UID), "a", 1); err != nil {
 		t.Errorf("a write for the successor: %v", err)
 	}
+}
+
+func entry(sinkName string, generation int64, i int) *v1alpha1.SinkExportStatus {
+	return &v1alpha1.SinkExportStatus{Family: v1alpha1.SinkFamilySnapshot, Name: sinkName, Namespace: "entries", ObservedGeneration: generation,
+		Outcome: v1alpha1.OutcomeExported, ItemCount: int64(i), Cursor: fmt.Sprint(i)}
+}
+
+// updatesSince counts the updates of an inventory after resourceVersion
+// rv, up to the one it holds now, from a watch.
+func updatesSince(ctx context.Context, t *testing.T, invs kollectv1alpha1.InventoryInterface, name, rv string) int {
+	t.Helper()
+	now, err := invs.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := invs.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	n := 0
+	for ev := range w.ResultChan() {
+		obj, ok := ev.Object.(*v1alpha1.Inventory)
+		if !ok {
+			t.Fatalf("watch: %s %#v", ev.Type, ev.Object)
+		}
+		n++
+		if obj.ResourceVersion == now.ResourceVersion {
+			return n
+		}
+	}
+	t.Fatalf("the watch ended after %d updates, before resourceVersion %s", n, now.ResourceVersion)
+	return n
 }
 
 func isTrue(conds []metav1.Condition, typ string) bool {

@@ -123,11 +123,12 @@ type Config struct {
 	Informers informers.Source
 }
 
-// SinkExportWriter stores one exporter's entry in an inventory's
-// status.sinkExports, replacing the entry of the same sink family and name.
-// uid, when set, must be the inventory's.
+// SinkExportWriter stores exporters' entries in an inventory's
+// status.sinkExports in one update, each replacing the entry of the same
+// sink family and name, and returns each entry's outcome. uid, when set,
+// must be the inventory's.
 type SinkExportWriter interface {
-	WriteSinkExport(ctx context.Context, cluster bool, namespace, name, uid string, entry *v1alpha1.SinkExportStatus) error
+	WriteSinkExports(ctx context.Context, cluster bool, namespace, name, uid string, entries []*v1alpha1.SinkExportStatus) []error
 }
 
 // invKey names an Inventory (Cluster false) or a ClusterInventory.
@@ -167,6 +168,8 @@ type Controller struct {
 	kollect versioned.Interface
 	// entryLimiter paces the in-process status entry writes.
 	entryLimiter flowcontrol.RateLimiter
+	// entries coalesces the entries of an inventory reported together.
+	entries *entryWrites
 
 	factory kollectinformers.SharedInformerFactory
 	// itemFactory holds the item informers, started with the first
@@ -236,7 +239,7 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	metrics.RegisterExport()
-	return &Controller{
+	c := &Controller{
 		cfg:          cfg,
 		watchdog:     watchdog,
 		kube:         kube,
@@ -244,7 +247,9 @@ func New(cfg Config) (*Controller, error) {
 		entryLimiter: flowcontrol.NewTokenBucketRateLimiter(loopbackQPS, loopbackBurst),
 		state:        map[invKey]*inventoryState{},
 		byNamespace:  map[string]map[invKey]*inventoryState{},
-	}, nil
+	}
+	c.entries = newEntryWrites(entryLinger, c.writeEntries)
+	return c, nil
 }
 
 // Run runs the exporters until ctx is done; it returns after every
@@ -602,7 +607,7 @@ func (c *Controller) warn(k invKey, reason, note string) {
 		UID:             obj.GetUID(),
 		ResourceVersion: obj.GetResourceVersion(),
 	}
-	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, "Export", "%s", truncate(strings.ToValidUTF8(note, ""), 1000))
+	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, "Export", "%s", truncate(strings.ToValidUTF8(note, ""), maxNote))
 }
 
 // getInventory reads an inventory from the cache; nil when it is gone.
@@ -976,20 +981,35 @@ func (c *Controller) sinkInventory(key invKey, meta *metav1.ObjectMeta) sink.Inv
 	return sink.Inventory{Cluster: c.cfg.ClusterName, Kind: key.kind(), Namespace: key.Namespace, Name: key.Name, UID: string(meta.UID)}
 }
 
-// writeEntry stores an exporter's status entry.
-func (c *Controller) writeEntry(ctx context.Context, k exporterKey, uid string, entry *v1alpha1.SinkExportStatus) error {
+// writeEntry stores an exporter's status entry, with the entries of the
+// inventory's other exporters reported meanwhile (entryWrites).
+func (c *Controller) writeEntry(ctx context.Context, k exporterKey, uid string, entry *v1alpha1.SinkExportStatus, warning string) error {
+	return c.entries.put(ctx, c.runCtx, k, uid, entry, warning)
+}
+
+// writeEntries stores a batch of one inventory's entries in one update,
+// then emits their Warning Events, one per reason.
+func (c *Controller) writeEntries(ctx context.Context, t entryTarget, b *entryBatch) []error {
 	// In process, these writes pass no client rate limit or priority and
 	// fairness: this limit, the loopback client's, stands in for them.
+	var errs []error
 	if err := c.entryLimiter.Wait(ctx); err != nil {
-		return err
+		errs = slices.Repeat([]error{err}, len(b.entries))
+	} else {
+		errs = c.cfg.SinkExports.WriteSinkExports(ctx, t.inv.Cluster, t.inv.Namespace, t.inv.Name, t.uid, b.entries)
 	}
-	err := c.cfg.SinkExports.WriteSinkExport(ctx, k.inv.Cluster, k.inv.Namespace, k.inv.Name, uid, entry)
-	result := "ok"
-	if err != nil {
-		result = "error"
+	for _, err := range errs {
+		result := "ok"
+		if err != nil {
+			result = "error"
+		}
+		metrics.StatusEntryWrites.WithLabelValues(t.inv.kind(), result).Inc()
 	}
-	metrics.StatusEntryWrites.WithLabelValues(k.inv.kind(), result).Inc()
-	return err
+	reasons, notes := b.warningsByReason()
+	for _, r := range reasons {
+		c.warn(t.inv, r, notes[r])
+	}
+	return errs
 }
 
 // resolved is an exporter's configuration for one run, read from the caches.

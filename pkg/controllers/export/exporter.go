@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +23,9 @@ import (
 const (
 	// batchWindow coalesces a burst of item changes into one export.
 	batchWindow = 250 * time.Millisecond
+	// entryLinger is how long a status write with none in flight waits
+	// for the entries of the inventory's other exporters (entryWrites).
+	entryLinger = 5 * time.Millisecond
 	// exportTimeout bounds one run against a sink.
 	exportTimeout = 5 * time.Minute
 	// backoffMin and backoffMax bound the retry delay of a failing sink.
@@ -58,8 +62,9 @@ func (k exporterKey) String() string {
 type host interface {
 	resolve(ctx context.Context, k exporterKey) (*resolved, error)
 	connect(ctx context.Context, obj *sinkObject) (*sinkClient, error)
-	writeEntry(ctx context.Context, k exporterKey, uid string, entry *v1alpha1.SinkExportStatus) error
-	warn(k invKey, reason, note string)
+	// writeEntry stores the exporter's status entry and, when warning is
+	// set, emits a Warning Event with that note and the entry's reason.
+	writeEntry(ctx context.Context, k exporterKey, uid string, entry *v1alpha1.SinkExportStatus, warning string) error
 	settings() settings
 }
 
@@ -226,8 +231,8 @@ func (e *exporter) runOnce(ctx context.Context) time.Time {
 			e.closeClient()
 			if !cfg.entrySays(v1alpha1.OutcomeFailed, rf.reason, rf.message) {
 				// A transition: say it once, in an Event and the entry.
-				e.h.warn(e.key.inv, rf.reason, fmt.Sprintf("%s %s/%s: %s", e.key.family, e.key.namespace, e.key.name, rf.message))
-				e.report(ctx, cfg, entryUpdate{outcome: v1alpha1.OutcomeFailed, reason: rf.reason, message: rf.message})
+				e.report(ctx, cfg, entryUpdate{outcome: v1alpha1.OutcomeFailed, reason: rf.reason, message: rf.message,
+					warning: fmt.Sprintf("%s %s/%s: %s", e.key.family, e.key.namespace, e.key.name, rf.message)})
 			}
 			return watchdog
 		}
@@ -420,6 +425,11 @@ func (e *exporter) failed(ctx context.Context, cfg *resolved, b *batch, reason s
 		// (re-reading the Secret) on the next attempt.
 		e.closeClient()
 	}
+	if ctx.Err() != nil {
+		// Stopped (the inventory suspended, changed or gone): the sink did
+		// not fail, and a resumed exporter must not count this run.
+		return time.Now()
+	}
 	if errors.Is(err, sink.ErrFenced) {
 		// A newer leader wrote to the sink: this replica no longer leads
 		// and its term ends shortly. It writes no status either: the
@@ -443,10 +453,11 @@ func (e *exporter) failed(ctx context.Context, cfg *resolved, b *batch, reason s
 		msg = c.Refusal.Summary()
 	}
 	klog.FromContext(ctx).Info("Export failed", "failures", e.failures, "retryIn", backoff.Round(time.Millisecond), "err", msg)
+	u := entryUpdate{outcome: v1alpha1.OutcomeFailed, reason: reason, message: msg, checksum: e.lastChecksum}
 	if e.failures == 1 {
-		e.h.warn(e.key.inv, reason, fmt.Sprintf("export to %s %s/%s failed: %s", e.key.family, e.key.namespace, e.key.name, msg))
+		u.warning = fmt.Sprintf("export to %s %s/%s failed: %s", e.key.family, e.key.namespace, e.key.name, msg)
 	}
-	e.report(ctx, cfg, entryUpdate{outcome: v1alpha1.OutcomeFailed, reason: reason, message: msg, checksum: e.lastChecksum})
+	e.report(ctx, cfg, u)
 	return e.notBefore
 }
 
@@ -473,6 +484,8 @@ type entryUpdate struct {
 	count      int
 	due        time.Time
 	exportedAt time.Time
+	// warning, when set, is the note of a Warning Event about the entry.
+	warning string
 }
 
 // report writes the exporter's own status entry, in process: entries of
@@ -503,7 +516,7 @@ func (e *exporter) report(ctx context.Context, cfg *resolved, u entryUpdate) {
 	if !u.due.IsZero() {
 		entry.NextDueTime = &metav1.Time{Time: u.due}
 	}
-	if err := e.h.writeEntry(ctx, e.key, cfg.inventory.UID, entry); err != nil {
+	if err := e.h.writeEntry(ctx, e.key, cfg.inventory.UID, entry, u.warning); err != nil {
 		switch {
 		case ctx.Err() != nil:
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
@@ -517,9 +530,13 @@ func (e *exporter) report(ctx context.Context, cfg *resolved, u entryUpdate) {
 	e.lastReport = time.Now()
 }
 
+// truncate cuts s to at most n bytes, on a character boundary.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n]
 }

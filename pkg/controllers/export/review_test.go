@@ -322,12 +322,10 @@ func (h *reviewHost) connect(ctx context.Context, obj *sinkObject) (*sinkClient,
 	return out, err
 }
 
-func (h *reviewHost) writeEntry(_ context.Context, _ exporterKey, _ string, e *v1alpha1.SinkExportStatus) error {
+func (h *reviewHost) writeEntry(_ context.Context, _ exporterKey, _ string, e *v1alpha1.SinkExportStatus, _ string) error {
 	h.entries = append(h.entries, e)
 	return nil
 }
-
-func (h *reviewHost) warn(invKey, string, string) {}
 
 func (h *reviewHost) settings() settings {
 	watchdog := h.watchdog

@@ -3,6 +3,7 @@ package common
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,29 +20,55 @@ type SinkExportWriter struct {
 	Inventories, ClusterInventories *StatusREST
 }
 
-// WriteSinkExport replaces the entry with entry's family and name (the
-// list's map keys) in the status of the Inventory namespace/name (the
-// ClusterInventory name when cluster is set), or adds it. The entry is the
-// exporter's alone, as a server-side apply of it by its own field manager
-// would make it. uid, when set, must be the inventory's: an exporter of a
-// deleted inventory cannot write into a new one of the same name.
-func (w *SinkExportWriter) WriteSinkExport(ctx context.Context, cluster bool, namespace, name, uid string, entry *v1alpha1.SinkExportStatus) error {
-	var internal kollect.SinkExportStatus
-	if err := v1alpha1.Convert_v1alpha1_SinkExportStatus_To_kollect_SinkExportStatus(entry, &internal, nil); err != nil {
-		return err
+// WriteSinkExports replaces, in one update, each entry with the family and
+// name of one of entries (the list's map keys) in the status of the
+// Inventory namespace/name (the ClusterInventory name when cluster is
+// set), or adds it. Each entry is its exporter's alone, as a server-side
+// apply of it by its own field manager would make it. uid, when set, must
+// be the inventory's: an exporter of a deleted inventory cannot write into
+// a new one of the same name. It returns each entry's outcome: when the
+// validation refuses the update, each entry is written again alone, so
+// that one bad entry keeps no other from being stored.
+func (w *SinkExportWriter) WriteSinkExports(ctx context.Context, cluster bool, namespace, name, uid string, entries []*v1alpha1.SinkExportStatus) []error {
+	errs := make([]error, len(entries))
+	// which holds the index in entries of each converted entry.
+	var internal []kollect.SinkExportStatus
+	var which []int
+	for i, e := range entries {
+		var in kollect.SinkExportStatus
+		if errs[i] = v1alpha1.Convert_v1alpha1_SinkExportStatus_To_kollect_SinkExportStatus(e, &in, nil); errs[i] == nil {
+			internal, which = append(internal, in), append(which, i)
+		}
 	}
+	if len(internal) == 0 {
+		return errs
+	}
+	err := w.write(ctx, cluster, namespace, name, uid, internal)
+	for _, i := range which {
+		errs[i] = err
+	}
+	if apierrors.IsInvalid(err) && len(internal) > 1 {
+		for j, i := range which {
+			errs[i] = w.write(ctx, cluster, namespace, name, uid, internal[j:j+1])
+		}
+	}
+	return errs
+}
+
+// write replaces or adds the entries in one update.
+func (w *SinkExportWriter) write(ctx context.Context, cluster bool, namespace, name, uid string, internal []kollect.SinkExportStatus) error {
 	status := w.Inventories
 	if cluster {
 		status = w.ClusterInventories
 	}
 	return status.WriteStatus(ctx, namespace, name, func(obj runtime.Object) error {
-		var entries *[]kollect.SinkExportStatus
+		var list *[]kollect.SinkExportStatus
 		var meta *metav1.ObjectMeta
 		switch o := obj.(type) {
 		case *kollect.Inventory:
-			entries, meta = &o.Status.SinkExports, &o.ObjectMeta
+			list, meta = &o.Status.SinkExports, &o.ObjectMeta
 		case *kollect.ClusterInventory:
-			entries, meta = &o.Status.SinkExports, &o.ObjectMeta
+			list, meta = &o.Status.SinkExports, &o.ObjectMeta
 		default:
 			return fmt.Errorf("sink export entries of a %T", obj)
 		}
@@ -49,13 +76,15 @@ func (w *SinkExportWriter) WriteSinkExport(ctx context.Context, cluster bool, na
 			return apierrors.NewConflict(kollect.Resource(resourceOf(cluster)), name,
 				fmt.Errorf("the object has UID %s, the entry is for %s", meta.UID, uid))
 		}
-		for i := range *entries {
-			if e := &(*entries)[i]; e.Family == internal.Family && e.Name == internal.Name {
-				*e = internal
-				return nil
+		for _, e := range internal {
+			if i := slices.IndexFunc(*list, func(old kollect.SinkExportStatus) bool {
+				return old.Family == e.Family && old.Name == e.Name
+			}); i >= 0 {
+				(*list)[i] = e
+			} else {
+				*list = append(*list, e)
 			}
 		}
-		*entries = append(*entries, internal)
 		return nil
 	})
 }

@@ -1,0 +1,158 @@
+package export
+
+// Stopped exporters and the coalesced status entry writes (entryWrites).
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/flowcontrol"
+
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/controllers/export/sink"
+)
+
+// batchHost is reviewHost with the real entryWrites in front of a writer
+// that, as Controller.writeEntries does, waits for the entry limiter under
+// the context it is given, then stores the batch.
+type batchHost struct {
+	*reviewHost
+	w    *entryWrites
+	base context.Context
+
+	mu     sync.Mutex
+	stored []*v1alpha1.SinkExportStatus
+}
+
+func newBatchHost(base context.Context, h *reviewHost) *batchHost {
+	bh := &batchHost{reviewHost: h, base: base}
+	lim := flowcontrol.NewTokenBucketRateLimiter(loopbackQPS, loopbackBurst)
+	bh.w = newEntryWrites(entryLinger, func(ctx context.Context, _ entryTarget, b *entryBatch) []error {
+		errs := make([]error, len(b.entries))
+		if err := lim.Wait(ctx); err != nil {
+			for i := range errs {
+				errs[i] = err
+			}
+			return errs
+		}
+		bh.mu.Lock()
+		bh.stored = append(bh.stored, b.entries...)
+		bh.mu.Unlock()
+		return errs
+	})
+	return bh
+}
+
+func (h *batchHost) writeEntry(ctx context.Context, k exporterKey, uid string, e *v1alpha1.SinkExportStatus, warning string) error {
+	return h.w.put(ctx, h.base, k, uid, e, warning)
+}
+
+// An exporter stopped in the middle of a delivery (the inventory suspended
+// or deleted) stores no entry: its run did not fail. A stored
+// Failed/"context canceled" entry would raise consecutiveFailures, which a
+// resumed exporter seeds from: its next real failure would not start a
+// streak (no Warning Event) and its breaker would open a failure early.
+func TestStoppedExporterStoresNoEntry(t *testing.T) {
+	ctx := reviewCtx(t)
+	got := make(chan struct{}, 1)
+	quit := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			return
+		}
+		select {
+		case got <- struct{}{}:
+		default:
+		}
+		select {
+		case <-r.Context().Done():
+		case <-quit:
+		}
+	}))
+	defer srv.Close()
+	defer close(quit)
+	obj, err := sinkObjectOf(&v1alpha1.EventSink{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hook", UID: "sink-uid", Generation: 1},
+		Spec:       v1alpha1.EventSinkSpec{Type: v1alpha1.EventSinkWebhook, Endpoint: srv.URL + "/"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv", UID: "inv-uid"}
+	h := newBatchHost(ctx, &reviewHost{inv: inv, obj: obj, maxAge: time.Hour})
+	v := newView(func() string { return "1" })
+	for i := range 10 {
+		v.upsert(reviewItem(strconv.Itoa(i), "uid-"+strconv.Itoa(i), "1", "h"+strconv.Itoa(i)))
+	}
+	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "hook"}, v)
+	defer func() { e.sub.close(); e.closeClient() }()
+
+	exporterCtx, stop := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() { defer close(ran); e.runOnce(exporterCtx) }()
+	select {
+	case <-got:
+	case <-ctx.Done():
+		t.Fatal("the sink got no delivery")
+	}
+	stop() // the controller stops the exporter
+	<-ran
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range h.stored {
+		t.Errorf("a stopped exporter's entry was stored: outcome %s reason %s message %q consecutiveFailures %d",
+			s.Outcome, s.Reason, s.Message, s.ConsecutiveFailures)
+	}
+}
+
+// A stopped exporter's report returns at once, whatever is in flight:
+// stop(), and the one reconcile worker calling it, do not wait for writes.
+func TestStoppedEntryReturnsAtOnce(t *testing.T) {
+	l := &writeLog{started: make(chan struct{}), release: make(chan struct{})}
+	w := newEntryWrites(0, l.write)
+	ctx := t.Context()
+	inv := invKey{Namespace: "ns", Name: "inv"}
+	go func() { _ = w.put(ctx, ctx, sinkKeyed(inv, "a"), "u", &v1alpha1.SinkExportStatus{Name: "a"}, "") }()
+	<-l.started
+	defer close(l.release)
+	stopped, stop := context.WithCancel(ctx)
+	stop()
+	done := make(chan error, 1)
+	go func() {
+		done <- w.put(stopped, ctx, sinkKeyed(inv, "b"), "u", &v1alpha1.SinkExportStatus{Name: "b"}, "")
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("a stopped exporter's entry: %v, want context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second): // a deadlock, not a speed
+		t.Errorf("a put with a cancelled context still waits for the write in flight")
+	}
+}
+
+// A long note hides no other sink of its reason (docs/export.md: "its note
+// naming each sink"), and no cut splits a UTF-8 sequence.
+func TestJoinedNoteNamesEverySink(t *testing.T) {
+	b := &entryBatch{}
+	long := "export to Event ns/a failed: " + strings.Repeat("é", 600)
+	b.add(&v1alpha1.SinkExportStatus{Reason: "ExportFailed"}, long)
+	b.add(&v1alpha1.SinkExportStatus{Reason: "ExportFailed"}, "export to Event ns/b failed: 500")
+	_, notes := b.warningsByReason()
+	note := truncate(strings.ToValidUTF8(notes["ExportFailed"], ""), maxNote) // as warn sends it
+	if !strings.Contains(note, "ns/b") {
+		t.Errorf("the Event's note does not name the second sink (%d bytes joined, cut at 1000)", len(notes["ExportFailed"]))
+	}
+	if !utf8.ValidString(note) {
+		t.Errorf("the Event's note ends in a split UTF-8 sequence: %q", note[len(note)-3:])
+	}
+}

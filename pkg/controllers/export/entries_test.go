@@ -1,0 +1,229 @@
+package export
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+)
+
+// writeLog is a batch writer that records each write's entries and holds
+// the first write until released.
+type writeLog struct {
+	mu      sync.Mutex
+	writes  [][]string // sink names per write
+	started chan struct{}
+	release chan struct{}
+	fail    map[string]error
+}
+
+func (l *writeLog) write(_ context.Context, _ entryTarget, b *entryBatch) []error {
+	l.mu.Lock()
+	var names []string
+	for _, e := range b.entries {
+		names = append(names, e.Name)
+	}
+	l.writes = append(l.writes, names)
+	first := len(l.writes) == 1
+	l.mu.Unlock()
+	if first {
+		close(l.started)
+		<-l.release
+	}
+	errs := make([]error, len(b.entries))
+	for i, e := range b.entries {
+		errs[i] = l.fail[e.Name]
+	}
+	return errs
+}
+
+func sinkKeyed(inv invKey, name string) exporterKey {
+	return exporterKey{inv: inv, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: name}
+}
+
+// Entries reported while a write of their inventory is in flight are one
+// write after it; each learns its own outcome; an entry of another
+// inventory does not wait.
+func TestEntryWritesCoalesce(t *testing.T) {
+	l := &writeLog{started: make(chan struct{}), release: make(chan struct{}), fail: map[string]error{"c": errors.New("refused")}}
+	w := newEntryWrites(0, l.write)
+	ctx := t.Context()
+	inv := invKey{Namespace: "ns", Name: "inv"}
+	put := func(name string) error {
+		return w.put(ctx, ctx, sinkKeyed(inv, name), "uid-1", &v1alpha1.SinkExportStatus{Name: name}, "")
+	}
+	results := make(chan error, 4)
+	go func() { results <- put("a") }()
+	<-l.started
+	// Joining the batch that waits is not observable from outside: wait
+	// until each entry is in it before releasing the write in flight.
+	joined := func(n int) {
+		for {
+			w.mu.Lock()
+			b := w.open[entryTarget{inv: inv, uid: "uid-1"}]
+			got := 0
+			if b != nil {
+				got = len(b.entries)
+			}
+			w.mu.Unlock()
+			if got == n {
+				return
+			}
+			runtime.Gosched()
+		}
+	}
+	var errC error
+	var wg sync.WaitGroup
+	for _, n := range []string{"b", "c", "d"} {
+		wg.Go(func() {
+			err := put(n)
+			if n == "c" {
+				errC = err
+				return
+			}
+			results <- err
+		})
+	}
+	joined(3)
+	// Another inventory's entry is written at once, beside the one in flight.
+	other := invKey{Namespace: "ns", Name: "other"}
+	if err := w.put(ctx, ctx, sinkKeyed(other, "a"), "uid-2", &v1alpha1.SinkExportStatus{Name: "x"}, ""); err != nil {
+		t.Fatalf("another inventory's entry: %v", err)
+	}
+	close(l.release)
+	wg.Wait()
+	for range 3 {
+		if err := <-results; err != nil {
+			t.Errorf("entry: %v", err)
+		}
+	}
+	if errC == nil || errC.Error() != "refused" {
+		t.Errorf("the refused entry's outcome: %v, want its own error", errC)
+	}
+	if len(l.writes) != 3 {
+		t.Fatalf("writes %v, want 3: the first, the other inventory's, the three that waited", l.writes)
+	}
+	last := slices.Clone(l.writes[2])
+	slices.Sort(last)
+	if !slices.Equal(l.writes[0], []string{"a"}) || !slices.Equal(l.writes[1], []string{"x"}) || !slices.Equal(last, []string{"b", "c", "d"}) {
+		t.Errorf("writes %v, want [a] [x] [b c d]", l.writes)
+	}
+	if len(w.open) != 0 || len(w.inFlight) != 0 {
+		t.Errorf("batches left behind: open %d, in flight %d", len(w.open), len(w.inFlight))
+	}
+}
+
+// An entry whose exporter stops while its batch waits is withdrawn and
+// returns at once; the batch is still written for the others. Two
+// entries of one exporter (a restarted one's) are both kept, in order.
+func TestEntryWritesWaiterCancelled(t *testing.T) {
+	l := &writeLog{started: make(chan struct{}), release: make(chan struct{})}
+	w := newEntryWrites(0, l.write)
+	ctx := t.Context()
+	inv := invKey{Namespace: "ns", Name: "inv"}
+	target := entryTarget{inv: inv, uid: "u"}
+	go func() {
+		_ = w.put(ctx, ctx, sinkKeyed(inv, "a"), "u", &v1alpha1.SinkExportStatus{Name: "a"}, "")
+	}()
+	<-l.started
+	waiting := func(n int) {
+		for {
+			w.mu.Lock()
+			b := w.open[target]
+			got := b != nil && len(b.entries) == n
+			w.mu.Unlock()
+			if got {
+				return
+			}
+			runtime.Gosched()
+		}
+	}
+	results := make(chan error, 2)
+	go func() {
+		results <- w.put(ctx, ctx, sinkKeyed(inv, "b"), "u", &v1alpha1.SinkExportStatus{Name: "b-old"}, "")
+	}()
+	waiting(1)
+	stopped, stop := context.WithCancel(ctx)
+	go func() {
+		results <- w.put(stopped, ctx, sinkKeyed(inv, "b"), "u", &v1alpha1.SinkExportStatus{Name: "b-stopped"}, "")
+	}()
+	waiting(2)
+	go func() {
+		results <- w.put(ctx, ctx, sinkKeyed(inv, "b"), "u", &v1alpha1.SinkExportStatus{Name: "b-new"}, "")
+	}()
+	waiting(3)
+	stop()
+	waiting(2)
+	close(l.release)
+	var errs []error
+	for range 3 {
+		errs = append(errs, <-results)
+	}
+	canceled := 0
+	for _, err := range errs {
+		if errors.Is(err, context.Canceled) {
+			canceled++
+		} else if err != nil {
+			t.Errorf("entry: %v", err)
+		}
+	}
+	if canceled != 1 {
+		t.Errorf("outcomes %v, want one context.Canceled (the stopped exporter's)", errs)
+	}
+	if len(l.writes) != 2 || !slices.Equal(l.writes[1], []string{"b-old", "b-new"}) {
+		t.Errorf("writes %v, want [a] [b-old b-new]", l.writes)
+	}
+	// A stopped exporter's entry is not written at all.
+	if err := w.put(stopped, ctx, sinkKeyed(inv, "c"), "u", &v1alpha1.SinkExportStatus{Name: "c"}, ""); !errors.Is(err, context.Canceled) {
+		t.Errorf("an entry of a stopped exporter: %v, want context.Canceled", err)
+	}
+	if len(l.writes) != 2 {
+		t.Errorf("writes %v after a stopped exporter's entry, want still 2", l.writes)
+	}
+}
+
+// One Warning Event per reason, naming every sink of the batch with it.
+func TestEntryBatchWarnings(t *testing.T) {
+	b := &entryBatch{}
+	b.add(&v1alpha1.SinkExportStatus{Reason: v1alpha1.ReasonSinkNotFound}, "Snapshot ns/a: does not exist")
+	b.add(&v1alpha1.SinkExportStatus{Reason: "ExportFailed"}, "export to Event ns/b failed: 500")
+	b.add(&v1alpha1.SinkExportStatus{Reason: v1alpha1.ReasonSinkNotFound}, "Event ns/c: does not exist")
+	b.add(&v1alpha1.SinkExportStatus{Reason: v1alpha1.ReasonSinkNotFound}, "") // no transition
+	reasons, notes := b.warningsByReason()
+	if !slices.Equal(reasons, []string{v1alpha1.ReasonSinkNotFound, "ExportFailed"}) {
+		t.Errorf("reasons %v", reasons)
+	}
+	if want := "Snapshot ns/a: does not exist; Event ns/c: does not exist"; notes[v1alpha1.ReasonSinkNotFound] != want {
+		t.Errorf("note %q, want %q", notes[v1alpha1.ReasonSinkNotFound], want)
+	}
+	if want := "export to Event ns/b failed: 500"; notes["ExportFailed"] != want {
+		t.Errorf("note %q, want %q", notes["ExportFailed"], want)
+	}
+}
+
+// Entries reported together with no write in flight share one write: the
+// first waits for the others for the linger.
+func TestEntryWritesLinger(t *testing.T) {
+	l := &writeLog{started: make(chan struct{}), release: make(chan struct{})}
+	close(l.release)
+	w := newEntryWrites(time.Second, l.write)
+	ctx := t.Context()
+	inv := invKey{Namespace: "ns", Name: "inv"}
+	var wg sync.WaitGroup
+	for _, n := range []string{"a", "b", "c"} {
+		wg.Go(func() {
+			if err := w.put(ctx, ctx, sinkKeyed(inv, n), "u", &v1alpha1.SinkExportStatus{Name: n}, ""); err != nil {
+				t.Errorf("entry %s: %v", n, err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(l.writes) != 1 || len(l.writes[0]) != 3 {
+		t.Errorf("writes %v, want one of a, b and c", l.writes)
+	}
+}
