@@ -37,8 +37,9 @@ func TestSinkExportWrites(t *testing.T) {
 	}
 	uid := string(inv.UID)
 	write := func(uid, sinkName string, i int) error {
-		return srv.API.SinkExports.WriteSinkExports(ctx, false, "entries", "inv", uid, []*v1alpha1.SinkExportStatus{
-			entry(sinkName, inv.Generation, i)})[0]
+		_, errs := srv.API.SinkExports.WriteSinkExports(ctx, false, "entries", "inv", uid, []*v1alpha1.SinkExportStatus{
+			entry(sinkName, inv.Generation, i)})
+		return errs[0]
 	}
 	const writes = 25
 	var wg sync.WaitGroup
@@ -76,15 +77,15 @@ func TestSinkExportWrites(t *testing.T) {
 	// being stored.
 	bad := &v1alpha1.SinkExportStatus{Family: v1alpha1.SinkFamilySnapshot, Name: "a", Outcome: v1alpha1.OutcomeFailed, Reason: "not a reason"}
 	before := got.ResourceVersion
-	errs := srv.API.SinkExports.WriteSinkExports(ctx, false, "entries", "inv", uid, []*v1alpha1.SinkExportStatus{
+	rvs, errs := srv.API.SinkExports.WriteSinkExports(ctx, false, "entries", "inv", uid, []*v1alpha1.SinkExportStatus{
 		entry("b", inv.Generation, 100), entry("c", inv.Generation, 100)})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatalf("two entries in one write: %v", err)
 	}
-	if n := updatesSince(ctx, t, invs, "inv", before); n != 1 {
-		t.Errorf("two entries written together made %d updates, want 1", n)
+	if n, now := updatesSince(ctx, t, invs, "inv", before); n != 1 || rvs[0] != now || rvs[1] != now {
+		t.Errorf("two entries written together made %d updates, the last at resourceVersion %s, reported %v; want 1, that one", n, now, rvs)
 	}
-	errs = srv.API.SinkExports.WriteSinkExports(ctx, false, "entries", "inv", uid, []*v1alpha1.SinkExportStatus{
+	_, errs = srv.API.SinkExports.WriteSinkExports(ctx, false, "entries", "inv", uid, []*v1alpha1.SinkExportStatus{
 		entry("d", inv.Generation, 200), bad})
 	if errs[0] != nil || !apierrors.IsInvalid(errs[1]) {
 		t.Errorf("a valid and an invalid entry written together: %v; want nil and 422", errs)
@@ -131,8 +132,8 @@ func entry(sinkName string, generation int64, i int) *v1alpha1.SinkExportStatus 
 }
 
 // updatesSince counts the updates of an inventory after resourceVersion
-// rv, up to the one it holds now, from a watch.
-func updatesSince(ctx context.Context, t *testing.T, invs kollectv1alpha1.InventoryInterface, name, rv string) int {
+// rv, up to the one it holds now, from a watch, and returns that one too.
+func updatesSince(ctx context.Context, t *testing.T, invs kollectv1alpha1.InventoryInterface, name, rv string) (int, string) {
 	t.Helper()
 	now, err := invs.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
@@ -151,11 +152,11 @@ func updatesSince(ctx context.Context, t *testing.T, invs kollectv1alpha1.Invent
 		}
 		n++
 		if obj.ResourceVersion == now.ResourceVersion {
-			return n
+			return n, now.ResourceVersion
 		}
 	}
 	t.Fatalf("the watch ended after %d updates, before resourceVersion %s", n, now.ResourceVersion)
-	return n
+	return n, ""
 }
 
 func isTrue(conds []metav1.Condition, typ string) bool {

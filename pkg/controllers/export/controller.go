@@ -125,10 +125,11 @@ type Config struct {
 
 // SinkExportWriter stores exporters' entries in an inventory's
 // status.sinkExports in one update, each replacing the entry of the same
-// sink family and name, and returns each entry's outcome. uid, when set,
-// must be the inventory's.
+// sink family and name, and returns each entry's outcome and the
+// inventory's resourceVersion after the write that stored it. uid, when
+// set, must be the inventory's.
 type SinkExportWriter interface {
-	WriteSinkExports(ctx context.Context, cluster bool, namespace, name, uid string, entries []*v1alpha1.SinkExportStatus) []error
+	WriteSinkExports(ctx context.Context, cluster bool, namespace, name, uid string, entries []*v1alpha1.SinkExportStatus) (resourceVersions []string, errs []error)
 }
 
 // invKey names an Inventory (Cluster false) or a ClusterInventory.
@@ -591,21 +592,27 @@ func (c *Controller) settings() settings {
 	return settings{epoch: c.cfg.Epoch, watchdog: c.watchdog, clientMaxAge: c.cfg.ClientMaxAge}
 }
 
-// warn emits a Warning Event about an inventory in the host cluster.
-// ClusterInventory events go to the default namespace, as Kubernetes does
-// for cluster-scoped objects.
+// warn emits a Warning Event about an inventory, as the cache holds it,
+// in the host cluster.
 func (c *Controller) warn(k invKey, reason, note string) {
 	obj, err := c.getInventory(k)
 	if err != nil || obj == nil {
 		return
 	}
+	c.warnAt(k, string(obj.GetUID()), obj.GetResourceVersion(), reason, note)
+}
+
+// warnAt emits a Warning Event about one version of an inventory in the
+// host cluster. ClusterInventory events go to the default namespace, as
+// Kubernetes does for cluster-scoped objects.
+func (c *Controller) warnAt(k invKey, uid, resourceVersion, reason, note string) {
 	ref := &corev1.ObjectReference{
 		APIVersion:      v1alpha1.SchemeGroupVersion.String(),
 		Kind:            k.kind(),
 		Namespace:       k.Namespace,
 		Name:            k.Name,
-		UID:             obj.GetUID(),
-		ResourceVersion: obj.GetResourceVersion(),
+		UID:             types.UID(uid),
+		ResourceVersion: resourceVersion,
 	}
 	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, "Export", "%s", truncate(strings.ToValidUTF8(note, ""), maxNote))
 }
@@ -988,26 +995,42 @@ func (c *Controller) writeEntry(ctx context.Context, k exporterKey, uid string, 
 }
 
 // writeEntries stores a batch of one inventory's entries in one update,
-// then emits their Warning Events, one per reason.
+// then emits the Warning Events of the entries stored: one per reason and
+// write, regarding the inventory as that write left it. The recorder
+// makes Events about one object version with one reason a series that
+// keeps the first note; each write is a version of its own, and its note
+// names every sink.
 func (c *Controller) writeEntries(ctx context.Context, t entryTarget, b *entryBatch) []error {
 	// In process, these writes pass no client rate limit or priority and
 	// fairness: this limit, the loopback client's, stands in for them.
+	var rvs []string
 	var errs []error
 	if err := c.entryLimiter.Wait(ctx); err != nil {
-		errs = slices.Repeat([]error{err}, len(b.entries))
+		rvs, errs = make([]string, len(b.entries)), slices.Repeat([]error{err}, len(b.entries))
 	} else {
-		errs = c.cfg.SinkExports.WriteSinkExports(ctx, t.inv.Cluster, t.inv.Namespace, t.inv.Name, t.uid, b.entries)
+		rvs, errs = c.cfg.SinkExports.WriteSinkExports(ctx, t.inv.Cluster, t.inv.Namespace, t.inv.Name, t.uid, b.entries)
 	}
-	for _, err := range errs {
+	type event struct{ rv, reason string }
+	var order []event
+	notes := map[event][]sinkNote{}
+	for i, err := range errs {
 		result := "ok"
 		if err != nil {
 			result = "error"
 		}
 		metrics.StatusEntryWrites.WithLabelValues(t.inv.kind(), result).Inc()
+		if err != nil || b.warnings[i] == "" {
+			continue
+		}
+		k := b.keys[i]
+		ev := event{rv: rvs[i], reason: b.entries[i].Reason}
+		if _, ok := notes[ev]; !ok {
+			order = append(order, ev)
+		}
+		notes[ev] = append(notes[ev], sinkNote{sink: fmt.Sprintf("%s %s/%s", k.family, k.namespace, k.name), text: b.warnings[i]})
 	}
-	reasons, notes := b.warningsByReason()
-	for _, r := range reasons {
-		c.warn(t.inv, r, notes[r])
+	for _, ev := range order {
+		c.warnAt(t.inv, t.uid, ev.rv, ev.reason, joinNotes(notes[ev]))
 	}
 	return errs
 }

@@ -2,6 +2,8 @@ package export
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -42,18 +44,23 @@ type entryTarget struct {
 }
 
 // entryBatch is the entries of one write in the order they came, with
-// the Warning Events they asked for. Only put and withdraw change it,
-// while it is open; its flush reads it once it is not. An exporter
-// restarted meanwhile may have two entries in it: the later one is
-// written over the earlier, as two writes would.
+// their exporters and the Warning Events they asked for. Only put and
+// withdraw change it, while it is open; its flush reads it once it is
+// not. An exporter restarted meanwhile may have two entries in it: the
+// later one is written over the earlier, as two writes would.
 type entryBatch struct {
+	keys    []exporterKey
 	entries []*v1alpha1.SinkExportStatus
-	// warnings holds, per entry, the note of its Warning Event ("" none).
+	// warnings holds, per entry, what its Warning Event says about the
+	// sink ("" none).
 	warnings []string
 	done     chan struct{}
 	// errs holds, once done is closed, each entry's outcome.
 	errs map[*v1alpha1.SinkExportStatus]error
 }
+
+// errNotWritten is the outcome of an entry its write did not report on.
+var errNotWritten = errors.New("the status entry was not written")
 
 func newEntryWrites(linger time.Duration, write func(ctx context.Context, t entryTarget, b *entryBatch) []error) *entryWrites {
 	return &entryWrites{write: write, linger: linger, open: map[entryTarget]*entryBatch{}, inFlight: map[entryTarget]*entryBatch{}}
@@ -77,7 +84,7 @@ func (w *entryWrites) put(ctx, base context.Context, k exporterKey, uid string, 
 		w.open[t] = b
 		go w.flush(base, t, b, w.inFlight[t])
 	}
-	b.add(entry, warning)
+	b.add(k, entry, warning)
 	w.mu.Unlock()
 	select {
 	case <-b.done:
@@ -110,8 +117,12 @@ func (w *entryWrites) flush(base context.Context, t entryTarget, b, prev *entryB
 
 	b.errs = make(map[*v1alpha1.SinkExportStatus]error, len(b.entries))
 	if len(b.entries) > 0 {
-		for i, err := range w.write(base, t, b) {
-			b.errs[b.entries[i]] = err
+		errs := w.write(base, t, b)
+		for i, e := range b.entries {
+			b.errs[e] = errNotWritten
+			if i < len(errs) {
+				b.errs[e] = errs[i]
+			}
 		}
 	}
 
@@ -121,8 +132,9 @@ func (w *entryWrites) flush(base context.Context, t entryTarget, b, prev *entryB
 	close(b.done)
 }
 
-// add appends an entry to the batch.
-func (b *entryBatch) add(entry *v1alpha1.SinkExportStatus, warning string) {
+// add appends an exporter's entry to the batch.
+func (b *entryBatch) add(k exporterKey, entry *v1alpha1.SinkExportStatus, warning string) {
+	b.keys = append(b.keys, k)
 	b.entries = append(b.entries, entry)
 	b.warnings = append(b.warnings, warning)
 }
@@ -133,43 +145,67 @@ func (b *entryBatch) withdraw(entry *v1alpha1.SinkExportStatus) {
 	if i < 0 {
 		return
 	}
+	b.keys = slices.Delete(b.keys, i, i+1)
 	b.entries = slices.Delete(b.entries, i, i+1)
 	b.warnings = slices.Delete(b.warnings, i, i+1)
 }
 
-// warningsByReason joins the batch's Warning Event notes per entry reason,
-// in the order of the entries: one Event per reason says what every sink
-// of the write says. The recorder makes Events about one object (at one
-// resourceVersion) with one reason a series that keeps the first note:
-// recorded apart, the other sinks' notes would be lost. Each note gets an
-// equal share of maxNote, so that a long one hides no other sink.
-func (b *entryBatch) warningsByReason() (reasons []string, notes map[string]string) {
-	byReason := map[string][]string{}
-	for i, w := range b.warnings {
-		if w == "" {
-			continue
-		}
-		r := b.entries[i].Reason
-		if _, ok := byReason[r]; !ok {
-			reasons = append(reasons, r)
-		}
-		byReason[r] = append(byReason[r], w)
-	}
-	notes = make(map[string]string, len(reasons))
-	for _, r := range reasons {
-		parts := byReason[r]
-		share := (maxNote - len(noteSep)*(len(parts)-1)) / len(parts)
-		for i, p := range parts {
-			parts[i] = truncate(strings.ToValidUTF8(p, ""), max(share, 1))
-		}
-		notes[r] = strings.Join(parts, noteSep)
-	}
-	return reasons, notes
-}
+// sinkNote is what one Warning Event says about one sink: "Snapshot
+// ns/audit: SnapshotSink ns/audit does not exist".
+type sinkNote struct{ sink, text string }
 
 // maxNote is the longest Event note the controller records; noteSep
-// separates the notes of one reason's sinks.
+// separates the sinks of one note.
 const (
 	maxNote = 1000
 	noteSep = "; "
 )
+
+// joinNotes makes one Event note of what it says about several sinks,
+// within maxNote bytes: every sink is named, in order, and the texts share
+// what the names leave, the shortest whole and the longest cut, on
+// character boundaries. Sinks whose names do not fit are counted.
+func joinNotes(notes []sinkNote) string {
+	room := maxNote - len(noteSep)*(len(notes)-1)
+	for _, n := range notes {
+		room -= len(n.sink) + len(": ")
+	}
+	if room < 0 {
+		// Names only, as many as fit with the count of the others.
+		var b strings.Builder
+		for i, n := range notes {
+			sep := noteSep
+			if i == 0 {
+				sep = ""
+			}
+			tail := 0
+			if rest := len(notes) - i - 1; rest > 0 {
+				tail = len(fmt.Sprintf(" and %d more", rest))
+			}
+			if b.Len()+len(sep)+len(n.sink)+tail > maxNote {
+				fmt.Fprintf(&b, " and %d more", len(notes)-i)
+				break
+			}
+			b.WriteString(sep + n.sink)
+		}
+		return b.String()
+	}
+	// Water-filling: each text gets an equal share of what is left,
+	// shorter ones leave theirs to the others.
+	byLength := make([]int, len(notes))
+	for i := range byLength {
+		byLength[i] = i
+	}
+	slices.SortStableFunc(byLength, func(a, b int) int { return len(notes[a].text) - len(notes[b].text) })
+	texts := make([]string, len(notes))
+	for k, i := range byLength {
+		share := room / (len(notes) - k)
+		texts[i] = truncate(strings.ToValidUTF8(notes[i].text, ""), share)
+		room -= len(texts[i])
+	}
+	parts := make([]string, len(notes))
+	for i, n := range notes {
+		parts[i] = n.sink + ": " + texts[i]
+	}
+	return strings.Join(parts, noteSep)
+}

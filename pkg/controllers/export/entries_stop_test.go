@@ -143,16 +143,14 @@ func TestStoppedEntryReturnsAtOnce(t *testing.T) {
 // A long note hides no other sink of its reason (docs/export.md: "its note
 // naming each sink"), and no cut splits a UTF-8 sequence.
 func TestJoinedNoteNamesEverySink(t *testing.T) {
-	b := &entryBatch{}
-	long := "export to Event ns/a failed: " + strings.Repeat("é", 600)
-	b.add(&v1alpha1.SinkExportStatus{Reason: "ExportFailed"}, long)
-	b.add(&v1alpha1.SinkExportStatus{Reason: "ExportFailed"}, "export to Event ns/b failed: 500")
-	_, notes := b.warningsByReason()
-	note := truncate(strings.ToValidUTF8(notes["ExportFailed"], ""), maxNote) // as warn sends it
-	if !strings.Contains(note, "ns/b") {
-		t.Errorf("the Event's note does not name the second sink (%d bytes joined, cut at 1000)", len(notes["ExportFailed"]))
+	note := joinNotes([]sinkNote{
+		{sink: "Event ns/a", text: "export failed: " + strings.Repeat("é", 600)},
+		{sink: "Event ns/b", text: "export failed: 500"},
+	})
+	if !strings.Contains(note, "Event ns/b: export failed: 500") {
+		t.Errorf("the Event's note does not say what the second sink says: %.100q", note[len(note)-100:])
 	}
-	if !utf8.ValidString(note) {
-		t.Errorf("the Event's note ends in a split UTF-8 sequence: %q", note[len(note)-3:])
+	if len(note) > maxNote || !utf8.ValidString(note) {
+		t.Errorf("note of %d bytes, valid UTF-8 %v; want at most %d, valid", len(note), utf8.ValidString(note), maxNote)
 	}
 }

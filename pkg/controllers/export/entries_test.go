@@ -187,22 +187,14 @@ func TestEntryWritesWaiterCancelled(t *testing.T) {
 	}
 }
 
-// One Warning Event per reason, naming every sink of the batch with it.
-func TestEntryBatchWarnings(t *testing.T) {
-	b := &entryBatch{}
-	b.add(&v1alpha1.SinkExportStatus{Reason: v1alpha1.ReasonSinkNotFound}, "Snapshot ns/a: does not exist")
-	b.add(&v1alpha1.SinkExportStatus{Reason: "ExportFailed"}, "export to Event ns/b failed: 500")
-	b.add(&v1alpha1.SinkExportStatus{Reason: v1alpha1.ReasonSinkNotFound}, "Event ns/c: does not exist")
-	b.add(&v1alpha1.SinkExportStatus{Reason: v1alpha1.ReasonSinkNotFound}, "") // no transition
-	reasons, notes := b.warningsByReason()
-	if !slices.Equal(reasons, []string{v1alpha1.ReasonSinkNotFound, "ExportFailed"}) {
-		t.Errorf("reasons %v", reasons)
-	}
-	if want := "Snapshot ns/a: does not exist; Event ns/c: does not exist"; notes[v1alpha1.ReasonSinkNotFound] != want {
-		t.Errorf("note %q, want %q", notes[v1alpha1.ReasonSinkNotFound], want)
-	}
-	if want := "export to Event ns/b failed: 500"; notes["ExportFailed"] != want {
-		t.Errorf("note %q, want %q", notes["ExportFailed"], want)
+// A note names each sink with what it says about it, in order.
+func TestJoinNotes(t *testing.T) {
+	got := joinNotes([]sinkNote{
+		{sink: "Snapshot ns/a", text: "SnapshotSink ns/a does not exist"},
+		{sink: "Event ns/c", text: "EventSink ns/c does not exist"},
+	})
+	if want := "Snapshot ns/a: SnapshotSink ns/a does not exist; Event ns/c: EventSink ns/c does not exist"; got != want {
+		t.Errorf("note %q, want %q", got, want)
 	}
 }
 

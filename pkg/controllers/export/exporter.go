@@ -63,7 +63,8 @@ type host interface {
 	resolve(ctx context.Context, k exporterKey) (*resolved, error)
 	connect(ctx context.Context, obj *sinkObject) (*sinkClient, error)
 	// writeEntry stores the exporter's status entry and, when warning is
-	// set, emits a Warning Event with that note and the entry's reason.
+	// set and the entry stored, emits a Warning Event with the entry's
+	// reason that says warning about the sink.
 	writeEntry(ctx context.Context, k exporterKey, uid string, entry *v1alpha1.SinkExportStatus, warning string) error
 	settings() settings
 }
@@ -232,7 +233,7 @@ func (e *exporter) runOnce(ctx context.Context) time.Time {
 			if !cfg.entrySays(v1alpha1.OutcomeFailed, rf.reason, rf.message) {
 				// A transition: say it once, in an Event and the entry.
 				e.report(ctx, cfg, entryUpdate{outcome: v1alpha1.OutcomeFailed, reason: rf.reason, message: rf.message,
-					warning: fmt.Sprintf("%s %s/%s: %s", e.key.family, e.key.namespace, e.key.name, rf.message)})
+					warning: rf.message})
 			}
 			return watchdog
 		}
@@ -455,7 +456,7 @@ func (e *exporter) failed(ctx context.Context, cfg *resolved, b *batch, reason s
 	klog.FromContext(ctx).Info("Export failed", "failures", e.failures, "retryIn", backoff.Round(time.Millisecond), "err", msg)
 	u := entryUpdate{outcome: v1alpha1.OutcomeFailed, reason: reason, message: msg, checksum: e.lastChecksum}
 	if e.failures == 1 {
-		u.warning = fmt.Sprintf("export to %s %s/%s failed: %s", e.key.family, e.key.namespace, e.key.name, msg)
+		u.warning = "export failed: " + msg
 	}
 	e.report(ctx, cfg, u)
 	return e.notBefore
@@ -484,7 +485,7 @@ type entryUpdate struct {
 	count      int
 	due        time.Time
 	exportedAt time.Time
-	// warning, when set, is the note of a Warning Event about the entry.
+	// warning, when set, is what a Warning Event says about the sink.
 	warning string
 }
 

@@ -23,14 +23,16 @@ type SinkExportWriter struct {
 // WriteSinkExports replaces, in one update, each entry with the family and
 // name of one of entries (the list's map keys) in the status of the
 // Inventory namespace/name (the ClusterInventory name when cluster is
-// set), or adds it. Each entry is its exporter's alone, as a server-side
-// apply of it by its own field manager would make it. uid, when set, must
-// be the inventory's: an exporter of a deleted inventory cannot write into
-// a new one of the same name. It returns each entry's outcome: when the
+// set), or adds it; a later entry of the same sink is written over an
+// earlier one. Each entry is its exporter's alone, as a server-side apply
+// of it by its own field manager would make it. uid, when set, must be the
+// inventory's: an exporter of a deleted inventory cannot write into a new
+// one of the same name. It returns each entry's outcome and the
+// inventory's resourceVersion after the write that stored it: when the
 // validation refuses the update, each entry is written again alone, so
 // that one bad entry keeps no other from being stored.
-func (w *SinkExportWriter) WriteSinkExports(ctx context.Context, cluster bool, namespace, name, uid string, entries []*v1alpha1.SinkExportStatus) []error {
-	errs := make([]error, len(entries))
+func (w *SinkExportWriter) WriteSinkExports(ctx context.Context, cluster bool, namespace, name, uid string, entries []*v1alpha1.SinkExportStatus) ([]string, []error) {
+	rvs, errs := make([]string, len(entries)), make([]error, len(entries))
 	// which holds the index in entries of each converted entry.
 	var internal []kollect.SinkExportStatus
 	var which []int
@@ -41,22 +43,23 @@ func (w *SinkExportWriter) WriteSinkExports(ctx context.Context, cluster bool, n
 		}
 	}
 	if len(internal) == 0 {
-		return errs
+		return rvs, errs
 	}
-	err := w.write(ctx, cluster, namespace, name, uid, internal)
+	rv, err := w.write(ctx, cluster, namespace, name, uid, internal)
 	for _, i := range which {
-		errs[i] = err
+		rvs[i], errs[i] = rv, err
 	}
 	if apierrors.IsInvalid(err) && len(internal) > 1 {
 		for j, i := range which {
-			errs[i] = w.write(ctx, cluster, namespace, name, uid, internal[j:j+1])
+			rvs[i], errs[i] = w.write(ctx, cluster, namespace, name, uid, internal[j:j+1])
 		}
 	}
-	return errs
+	return rvs, errs
 }
 
-// write replaces or adds the entries in one update.
-func (w *SinkExportWriter) write(ctx context.Context, cluster bool, namespace, name, uid string, internal []kollect.SinkExportStatus) error {
+// write replaces or adds the entries in one update and returns the
+// resourceVersion it made.
+func (w *SinkExportWriter) write(ctx context.Context, cluster bool, namespace, name, uid string, internal []kollect.SinkExportStatus) (string, error) {
 	status := w.Inventories
 	if cluster {
 		status = w.ClusterInventories

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -259,15 +260,23 @@ func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.Updat
 // client costs (HTTP, JSON both ways, authentication, authorization and
 // the field manager) and what only requests pass: admission plugins
 // (webhooks, policies) and the audit log. managedFields stay as they are.
-func (r *StatusREST) WriteStatus(ctx context.Context, namespace, name string, mutate func(obj runtime.Object) error) error {
+// It returns the object's resourceVersion after the write.
+func (r *StatusREST) WriteStatus(ctx context.Context, namespace, name string, mutate func(obj runtime.Object) error) (string, error) {
 	ctx = genericapirequest.WithNamespace(ctx, namespace)
 	ctx = genericapirequest.WithUser(ctx, &user.DefaultInfo{Name: user.APIServerUser, Groups: []string{user.SystemPrivilegedGroup}})
 	objInfo := rest.DefaultUpdatedObjectInfo(nil, func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
 		obj := old.DeepCopyObject()
 		return obj, mutate(obj)
 	})
-	_, _, err := r.Update(ctx, name, objInfo, nil, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})
-	return err
+	out, _, err := r.Update(ctx, name, objInfo, nil, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})
+	if err != nil {
+		return "", err
+	}
+	m, err := meta.Accessor(out)
+	if err != nil {
+		return "", err
+	}
+	return m.GetResourceVersion(), nil
 }
 
 // admitUpdate runs the request's own validating admission, then the
