@@ -3,7 +3,6 @@ package export
 import (
 	"context"
 	"errors"
-	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -62,21 +61,6 @@ func TestEntryWritesCoalesce(t *testing.T) {
 	<-l.started
 	// Joining the batch that waits is not observable from outside: wait
 	// until each entry is in it before releasing the write in flight.
-	joined := func(n int) {
-		for {
-			w.mu.Lock()
-			b := w.open[entryTarget{inv: inv, uid: "uid-1"}]
-			got := 0
-			if b != nil {
-				got = len(b.entries)
-			}
-			w.mu.Unlock()
-			if got == n {
-				return
-			}
-			runtime.Gosched()
-		}
-	}
 	var errC error
 	var wg sync.WaitGroup
 	for _, n := range []string{"b", "c", "d"} {
@@ -89,7 +73,7 @@ func TestEntryWritesCoalesce(t *testing.T) {
 			results <- err
 		})
 	}
-	joined(3)
+	waitOpen(t, w, entryTarget{inv: inv, uid: "uid-1"}, 3)
 	// Another inventory's entry is written at once, beside the one in flight.
 	other := invKey{Namespace: "ns", Name: "other"}
 	if err := w.put(ctx, ctx, sinkKeyed(other, "a"), "uid-2", &v1alpha1.SinkExportStatus{Name: "x"}, ""); err != nil {
@@ -131,34 +115,22 @@ func TestEntryWritesWaiterCancelled(t *testing.T) {
 		_ = w.put(ctx, ctx, sinkKeyed(inv, "a"), "u", &v1alpha1.SinkExportStatus{Name: "a"}, "")
 	}()
 	<-l.started
-	waiting := func(n int) {
-		for {
-			w.mu.Lock()
-			b := w.open[target]
-			got := b != nil && len(b.entries) == n
-			w.mu.Unlock()
-			if got {
-				return
-			}
-			runtime.Gosched()
-		}
-	}
 	results := make(chan error, 2)
 	go func() {
 		results <- w.put(ctx, ctx, sinkKeyed(inv, "b"), "u", &v1alpha1.SinkExportStatus{Name: "b-old"}, "")
 	}()
-	waiting(1)
+	waitOpen(t, w, target, 1)
 	stopped, stop := context.WithCancel(ctx)
 	go func() {
 		results <- w.put(stopped, ctx, sinkKeyed(inv, "b"), "u", &v1alpha1.SinkExportStatus{Name: "b-stopped"}, "")
 	}()
-	waiting(2)
+	waitOpen(t, w, target, 2)
 	go func() {
 		results <- w.put(ctx, ctx, sinkKeyed(inv, "b"), "u", &v1alpha1.SinkExportStatus{Name: "b-new"}, "")
 	}()
-	waiting(3)
+	waitOpen(t, w, target, 3)
 	stop()
-	waiting(2)
+	waitOpen(t, w, target, 2)
 	close(l.release)
 	var errs []error
 	for range 3 {
