@@ -1013,13 +1013,23 @@ func (c *Controller) writeEntries(ctx context.Context, t entryTarget, b *entryBa
 	type event struct{ rv, reason string }
 	var order []event
 	notes := map[event][]sinkNote{}
-	for i, err := range errs {
+	// last holds each exporter's last entry in the batch: an earlier one
+	// (a restarted exporter's) was written over, and says nothing now.
+	last := map[exporterKey]int{}
+	for i, k := range b.keys {
+		last[k] = i
+	}
+	for i := range b.entries {
+		err := errNotWritten
+		if i < len(errs) {
+			err = errs[i]
+		}
 		result := "ok"
 		if err != nil {
 			result = "error"
 		}
 		metrics.StatusEntryWrites.WithLabelValues(t.inv.kind(), result).Inc()
-		if err != nil || b.warnings[i] == "" {
+		if err != nil || b.warnings[i] == "" || last[b.keys[i]] != i || i >= len(rvs) {
 			continue
 		}
 		k := b.keys[i]
@@ -1030,6 +1040,10 @@ func (c *Controller) writeEntries(ctx context.Context, t entryTarget, b *entryBa
 		notes[ev] = append(notes[ev], sinkNote{sink: fmt.Sprintf("%s %s/%s", k.family, k.namespace, k.name), text: b.warnings[i]})
 	}
 	for _, ev := range order {
+		if t.uid == "" {
+			c.warn(t.inv, ev.reason, joinNotes(notes[ev])) // the cache's UID and version
+			continue
+		}
 		c.warnAt(t.inv, t.uid, ev.rv, ev.reason, joinNotes(notes[ev]))
 	}
 	return errs

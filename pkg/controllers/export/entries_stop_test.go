@@ -154,3 +154,48 @@ func TestJoinedNoteNamesEverySink(t *testing.T) {
 		t.Errorf("note of %d bytes, valid UTF-8 %v; want at most %d, valid", len(note), utf8.ValidString(note), maxNote)
 	}
 }
+
+// flakyEntryHost is reviewHost whose first entry write fails, recording
+// the warning each write carries.
+type flakyEntryHost struct {
+	*reviewHost
+	warnings []string
+}
+
+func (h *flakyEntryHost) writeEntry(ctx context.Context, k exporterKey, uid string, e *v1alpha1.SinkExportStatus, warning string) error {
+	h.warnings = append(h.warnings, warning)
+	if len(h.warnings) == 1 {
+		return errors.New("etcdserver: request timed out")
+	}
+	return h.reviewHost.writeEntry(ctx, k, uid, e, warning)
+}
+
+// The Warning Event of a failure streak is not lost with its entry: when
+// the first failure's entry write fails, the next report carries the
+// warning again; once stored, the streak warns no more.
+func TestStreakWarningSurvivesAFailedWrite(t *testing.T) {
+	ctx := reviewCtx(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	obj, err := sinkObjectOf(&v1alpha1.EventSink{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hook", UID: "sink-uid", Generation: 1},
+		Spec:       v1alpha1.EventSinkSpec{Type: v1alpha1.EventSinkWebhook, Endpoint: srv.URL + "/"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv", UID: "inv-uid"}
+	h := &flakyEntryHost{reviewHost: &reviewHost{inv: inv, obj: obj, maxAge: time.Hour}}
+	v := newView(func() string { return "1" })
+	v.upsert(reviewItem("0", "uid-0", "1", "h0"))
+	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "hook"}, v)
+	defer func() { e.sub.close(); e.closeClient() }()
+	for range 3 {
+		e.runOnce(ctx)
+	}
+	if len(h.warnings) != 3 || h.warnings[0] == "" || h.warnings[1] == "" || h.warnings[2] != "" {
+		t.Errorf("warnings of three failed runs, the first entry write failing: %q; want the first two set, the third empty", h.warnings)
+	}
+}

@@ -121,8 +121,11 @@ type exporter struct {
 	// an export, and waits for its share.
 	spreadNext bool
 	failures   int
-	notBefore  time.Time
-	client     *sinkClient
+	// warnPending: the streak's Warning Event is still to be emitted (its
+	// entry's write failed).
+	warnPending bool
+	notBefore   time.Time
+	client      *sinkClient
 }
 
 func newExporter(h host, key exporterKey, v *view) *exporter {
@@ -325,7 +328,7 @@ func (e *exporter) runOnce(ctx context.Context) time.Time {
 	if e.failures >= breakerThreshold {
 		klog.FromContext(ctx).Info("Sink recovered; closing its breaker", "failures", e.failures)
 	}
-	e.failures, e.notBefore = 0, time.Time{}
+	e.failures, e.notBefore, e.warnPending = 0, time.Time{}, false
 	metrics.BreakerOpen.WithLabelValues(string(e.key.family), e.key.namespace+"/"+e.key.name).Set(0)
 	// The sink acknowledged the batch: what it describes is now true of it.
 	e.known, e.respec, e.cursor, e.lastChecksum, e.lastGeneration = true, false, b.cursor, b.checksum, cfg.generation
@@ -455,7 +458,10 @@ func (e *exporter) failed(ctx context.Context, cfg *resolved, b *batch, reason s
 	}
 	klog.FromContext(ctx).Info("Export failed", "failures", e.failures, "retryIn", backoff.Round(time.Millisecond), "err", msg)
 	u := entryUpdate{outcome: v1alpha1.OutcomeFailed, reason: reason, message: msg, checksum: e.lastChecksum}
-	if e.failures == 1 {
+	e.warnPending = e.warnPending || e.failures == 1
+	if e.warnPending {
+		// The first failure of a streak, or a later one while its Event
+		// (which goes out with a stored entry) is owed.
 		u.warning = "export failed: " + msg
 	}
 	e.report(ctx, cfg, u)
@@ -527,6 +533,9 @@ func (e *exporter) report(ctx context.Context, cfg *resolved, u entryUpdate) {
 			klog.FromContext(ctx).Error(err, "Writing the status entry failed")
 		}
 		return
+	}
+	if u.warning != "" {
+		e.warnPending = false
 	}
 	e.lastReport = time.Now()
 }
