@@ -1039,12 +1039,17 @@ func (c *Controller) writeEntries(ctx context.Context, t entryTarget, b *entryBa
 		}
 		notes[ev] = append(notes[ev], sinkNote{sink: fmt.Sprintf("%s %s/%s", k.family, k.namespace, k.name), text: b.warnings[i]})
 	}
-	for _, ev := range order {
-		if t.uid == "" {
-			c.warn(t.inv, ev.reason, joinNotes(notes[ev])) // the cache's UID and version
-			continue
+	uid := t.uid
+	if uid == "" && len(order) > 0 {
+		// A write for whatever object holds the name: the cache's.
+		obj, err := c.getInventory(t.inv)
+		if err != nil || obj == nil {
+			return errs
 		}
-		c.warnAt(t.inv, t.uid, ev.rv, ev.reason, joinNotes(notes[ev]))
+		uid = string(obj.GetUID())
+	}
+	for _, ev := range order {
+		c.warnAt(t.inv, uid, ev.rv, ev.reason, joinNotes(notes[ev]))
 	}
 	return errs
 }

@@ -199,3 +199,49 @@ func TestStreakWarningSurvivesAFailedWrite(t *testing.T) {
 		t.Errorf("warnings of three failed runs, the first entry write failing: %q; want the first two set, the third empty", h.warnings)
 	}
 }
+
+// missingSinkHost is flakyEntryHost whose sink can go missing.
+type missingSinkHost struct {
+	*flakyEntryHost
+	missing bool
+}
+
+func (h *missingSinkHost) resolve(ctx context.Context, k exporterKey) (*resolved, error) {
+	r, err := h.flakyEntryHost.resolve(ctx, k)
+	if h.missing {
+		return r, &resolveFailure{reason: v1alpha1.ReasonSinkNotFound, message: "EventSink ns/hook does not exist"}
+	}
+	return r, err
+}
+
+// A reference failure stored in the middle of an export streak whose own
+// Warning is still owed does not pay that debt: the streak's next failed
+// run still carries it.
+func TestStreakWarningOutlivesAReferenceFailure(t *testing.T) {
+	ctx := reviewCtx(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	obj, err := sinkObjectOf(&v1alpha1.EventSink{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hook", UID: "sink-uid", Generation: 1},
+		Spec:       v1alpha1.EventSinkSpec{Type: v1alpha1.EventSinkWebhook, Endpoint: srv.URL + "/"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv", UID: "inv-uid"}
+	h := &missingSinkHost{flakyEntryHost: &flakyEntryHost{reviewHost: &reviewHost{inv: inv, obj: obj, maxAge: time.Hour}}}
+	v := newView(func() string { return "1" })
+	v.upsert(reviewItem("0", "uid-0", "1", "h0"))
+	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "hook"}, v)
+	defer func() { e.sub.close(); e.closeClient() }()
+	e.runOnce(ctx) // fails; its entry's write fails
+	h.missing = true
+	e.runOnce(ctx) // the sink is gone: SinkNotFound, stored
+	h.missing = false
+	e.runOnce(ctx) // fails again
+	if len(h.warnings) != 3 || !strings.HasPrefix(h.warnings[2], "export failed: ") {
+		t.Errorf("warnings %q; want the third run to carry the export streak's owed warning", h.warnings)
+	}
+}

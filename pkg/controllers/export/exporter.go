@@ -464,7 +464,9 @@ func (e *exporter) failed(ctx context.Context, cfg *resolved, b *batch, reason s
 		// (which goes out with a stored entry) is owed.
 		u.warning = "export failed: " + msg
 	}
-	e.report(ctx, cfg, u)
+	if e.report(ctx, cfg, u) && u.warning != "" {
+		e.warnPending = false
+	}
 	return e.notBefore
 }
 
@@ -495,12 +497,12 @@ type entryUpdate struct {
 	warning string
 }
 
-// report writes the exporter's own status entry, in process: entries of
-// other sinks are not touched, and the server derives the aggregate in the
-// same write.
-func (e *exporter) report(ctx context.Context, cfg *resolved, u entryUpdate) {
+// report writes the exporter's own status entry, in process, and says
+// whether it was stored: entries of other sinks are not touched, and the
+// server derives the aggregate in the same write.
+func (e *exporter) report(ctx context.Context, cfg *resolved, u entryUpdate) (stored bool) {
 	if cfg == nil {
-		return
+		return false
 	}
 	now := metav1.Now()
 	entry := &v1alpha1.SinkExportStatus{Family: e.key.family, Namespace: e.key.namespace, Name: e.key.name,
@@ -532,12 +534,10 @@ func (e *exporter) report(ctx context.Context, cfg *resolved, u entryUpdate) {
 		default:
 			klog.FromContext(ctx).Error(err, "Writing the status entry failed")
 		}
-		return
-	}
-	if u.warning != "" {
-		e.warnPending = false
+		return false
 	}
 	e.lastReport = time.Now()
+	return true
 }
 
 // truncate cuts s to at most n bytes, on a character boundary.
