@@ -1003,12 +1003,14 @@ func (c *Controller) writeEntry(ctx context.Context, k exporterKey, uid string, 
 func (c *Controller) writeEntries(ctx context.Context, t entryTarget, b *entryBatch) []error {
 	// In process, these writes pass no client rate limit or priority and
 	// fairness: this limit, the loopback client's, stands in for them.
-	var rvs []string
-	var errs []error
+	// One outcome per entry: any the writer does not give is a failure.
+	rvs, errs := make([]string, len(b.entries)), slices.Repeat([]error{errNotWritten}, len(b.entries))
 	if err := c.entryLimiter.Wait(ctx); err != nil {
-		rvs, errs = make([]string, len(b.entries)), slices.Repeat([]error{err}, len(b.entries))
+		errs = slices.Repeat([]error{err}, len(b.entries))
 	} else {
-		rvs, errs = c.cfg.SinkExports.WriteSinkExports(ctx, t.inv.Cluster, t.inv.Namespace, t.inv.Name, t.uid, b.entries)
+		wrote, outcomes := c.cfg.SinkExports.WriteSinkExports(ctx, t.inv.Cluster, t.inv.Namespace, t.inv.Name, t.uid, b.entries)
+		copy(rvs, wrote)
+		copy(errs, outcomes)
 	}
 	type event struct{ rv, reason string }
 	var order []event
@@ -1019,17 +1021,13 @@ func (c *Controller) writeEntries(ctx context.Context, t entryTarget, b *entryBa
 	for i, k := range b.keys {
 		last[k] = i
 	}
-	for i := range b.entries {
-		err := errNotWritten
-		if i < len(errs) {
-			err = errs[i]
-		}
+	for i, err := range errs {
 		result := "ok"
 		if err != nil {
 			result = "error"
 		}
 		metrics.StatusEntryWrites.WithLabelValues(t.inv.kind(), result).Inc()
-		if err != nil || b.warnings[i] == "" || last[b.keys[i]] != i || i >= len(rvs) {
+		if err != nil || b.warnings[i] == "" || last[b.keys[i]] != i {
 			continue
 		}
 		k := b.keys[i]

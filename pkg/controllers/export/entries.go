@@ -18,8 +18,8 @@ import (
 // exporters report their first outcome at the same moment; written apart,
 // each entry is an etcd transaction with its fsync, and each after the
 // first conflicts with the one before and is read and tried again. It is
-// group commit: the first entry of a batch writes it, once the write
-// before it ended; entries that come meanwhile join it.
+// group commit: the first entry of a batch starts its flush, which writes
+// it once the write before it ended; entries that come meanwhile join it.
 type entryWrites struct {
 	// write stores a batch of one inventory's entries and emits their
 	// warnings; it returns each entry's outcome.
@@ -29,8 +29,8 @@ type entryWrites struct {
 	linger time.Duration
 
 	mu sync.Mutex
-	// open is the batch of a target that still takes entries: its writer
-	// waits for the target's write in flight.
+	// open is the batch of a target that still takes entries: its flush
+	// waits for the target's write in flight (or the linger).
 	open map[entryTarget]*entryBatch
 	// inFlight is the batch of a target being written.
 	inFlight map[entryTarget]*entryBatch

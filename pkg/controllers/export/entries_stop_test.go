@@ -80,21 +80,12 @@ func TestStoppedExporterStoresNoEntry(t *testing.T) {
 	}))
 	defer srv.Close()
 	defer close(quit)
-	obj, err := sinkObjectOf(&v1alpha1.EventSink{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hook", UID: "sink-uid", Generation: 1},
-		Spec:       v1alpha1.EventSinkSpec{Type: v1alpha1.EventSinkWebhook, Endpoint: srv.URL + "/"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv", UID: "inv-uid"}
-	h := newBatchHost(ctx, &reviewHost{inv: inv, obj: obj, maxAge: time.Hour})
+	h := newBatchHost(ctx, hookHost(t, srv.URL))
 	v := newView(func() string { return "1" })
 	for i := range 10 {
 		v.upsert(reviewItem(strconv.Itoa(i), "uid-"+strconv.Itoa(i), "1", "h"+strconv.Itoa(i)))
 	}
-	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "hook"}, v)
-	defer func() { e.sub.close(); e.closeClient() }()
+	e := hookExporter(t, h, v)
 
 	exporterCtx, stop := context.WithCancel(ctx)
 	ran := make(chan struct{})
@@ -175,23 +166,11 @@ func (h *flakyEntryHost) writeEntry(ctx context.Context, k exporterKey, uid stri
 // warning again; once stored, the streak warns no more.
 func TestStreakWarningSurvivesAFailedWrite(t *testing.T) {
 	ctx := reviewCtx(t)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusInternalServerError)
-	}))
-	defer srv.Close()
-	obj, err := sinkObjectOf(&v1alpha1.EventSink{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hook", UID: "sink-uid", Generation: 1},
-		Spec:       v1alpha1.EventSinkSpec{Type: v1alpha1.EventSinkWebhook, Endpoint: srv.URL + "/"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv", UID: "inv-uid"}
-	h := &flakyEntryHost{reviewHost: &reviewHost{inv: inv, obj: obj, maxAge: time.Hour}}
+	srv := failingReceiver(t)
+	h := &flakyEntryHost{reviewHost: hookHost(t, srv.URL)}
 	v := newView(func() string { return "1" })
 	v.upsert(reviewItem("0", "uid-0", "1", "h0"))
-	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "hook"}, v)
-	defer func() { e.sub.close(); e.closeClient() }()
+	e := hookExporter(t, h, v)
 	for range 3 {
 		e.runOnce(ctx)
 	}
@@ -219,23 +198,11 @@ func (h *missingSinkHost) resolve(ctx context.Context, k exporterKey) (*resolved
 // run still carries it.
 func TestStreakWarningOutlivesAReferenceFailure(t *testing.T) {
 	ctx := reviewCtx(t)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.WriteHeader(http.StatusInternalServerError)
-	}))
-	defer srv.Close()
-	obj, err := sinkObjectOf(&v1alpha1.EventSink{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hook", UID: "sink-uid", Generation: 1},
-		Spec:       v1alpha1.EventSinkSpec{Type: v1alpha1.EventSinkWebhook, Endpoint: srv.URL + "/"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv", UID: "inv-uid"}
-	h := &missingSinkHost{flakyEntryHost: &flakyEntryHost{reviewHost: &reviewHost{inv: inv, obj: obj, maxAge: time.Hour}}}
+	srv := failingReceiver(t)
+	h := &missingSinkHost{flakyEntryHost: &flakyEntryHost{reviewHost: hookHost(t, srv.URL)}}
 	v := newView(func() string { return "1" })
 	v.upsert(reviewItem("0", "uid-0", "1", "h0"))
-	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "hook"}, v)
-	defer func() { e.sub.close(); e.closeClient() }()
+	e := hookExporter(t, h, v)
 	e.runOnce(ctx) // fails; its entry's write fails
 	h.missing = true
 	e.runOnce(ctx) // the sink is gone: SinkNotFound, stored
@@ -244,4 +211,35 @@ func TestStreakWarningOutlivesAReferenceFailure(t *testing.T) {
 	if len(h.warnings) != 3 || !strings.HasPrefix(h.warnings[2], "export failed: ") {
 		t.Errorf("warnings %q; want the third run to carry the export streak's owed warning", h.warnings)
 	}
+}
+
+// hookHost is a reviewHost exporting the Inventory ns/inv to the EventSink
+// ns/hook, a webhook at url.
+func hookHost(t *testing.T, url string) *reviewHost {
+	t.Helper()
+	obj, err := sinkObjectOf(&v1alpha1.EventSink{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hook", UID: "sink-uid", Generation: 1},
+		Spec:       v1alpha1.EventSinkSpec{Type: v1alpha1.EventSinkWebhook, Endpoint: url + "/"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv", UID: "inv-uid"}
+	return &reviewHost{inv: inv, obj: obj, maxAge: time.Hour}
+}
+
+// hookExporter is the exporter of ns/inv to ns/hook on h, following v.
+func hookExporter(t *testing.T, h host, v *view) *exporter {
+	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "hook"}, v)
+	t.Cleanup(func() { e.sub.close(); e.closeClient() })
+	return e
+}
+
+// failingReceiver answers every request 500.
+func failingReceiver(t *testing.T) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
 }
