@@ -101,6 +101,12 @@ var (
 // gets a status entry and a Warning Event), as a user's would, and deletes
 // them afterwards, unmeasured.
 //
+// Two tables put kollect's cost beside the stock machinery's: before the
+// fleet exists, kube-apiserver serves the fleet's status write rate to a
+// CRD of the same shape (idle_reference_test.go), and after the latency
+// comparison, CPU per operation of the four server processes, per path
+// (opwork_test.go).
+//
 // Knobs: KOLLECT_BENCH_API_PASSES (passes, default 3) and
 // KOLLECT_BENCH_API_OPS (a subset of the operations, see opsFromEnv), with
 // the idle fleet's (idleOptionsFromEnv).
@@ -180,13 +186,23 @@ func BenchmarkAggregatedVsCRD(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	procs := []process{
+		{"kollect-apiserver", kollect.Pid()},
+		{"kube-apiserver", cluster.KubeAPIServer().Pid()},
+		{"kollect etcd", kollectEtcd.Pid()},
+		{"kube-apiserver's etcd", cluster.Etcd().Pid()},
+	}
 	var fleet *idleFleet
+	// background is the idle fleet's CPU (all four processes, seconds per
+	// second), taken off each measured round's CPU.
+	var background float64
 	if idleOpts.count > 0 {
-		procs := []process{
-			{"kollect-apiserver", kollect.Pid()},
-			{"kube-apiserver", cluster.KubeAPIServer().Pid()},
-			{"kollect etcd", kollectEtcd.Pid()},
-			{"kube-apiserver's etcd", cluster.Etcd().Pid()},
+		// The fleet's writes at its due rate while measured: each working
+		// Inventory twice a minute, each failing one about every 90 s.
+		rate := float64(idleOpts.count) * 4 / 3 / 60
+		ref, err := measureReference(ctx, cs, kubeDyn, procs[1:2], idleOpts.count, rate, idleOpts.window)
+		if err != nil {
+			b.Fatal(err)
 		}
 		fleet, err = startIdleFleet(ctx, idleOpts, cs, cluster.KollectRESTConfig(kollect), procs, startFailingReceiver(b))
 		if err != nil {
@@ -200,7 +216,10 @@ func BenchmarkAggregatedVsCRD(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		fleet.print(os.Stdout, fig, conditions)
+		fleet.print(os.Stdout, fig, ref, conditions)
+		for _, c := range fig.cpu {
+			background += c / fig.window.Seconds()
+		}
 		if idleOpts.only {
 			return
 		}
@@ -331,6 +350,7 @@ func BenchmarkAggregatedVsCRD(b *testing.B) {
 	// the paths alike.
 	// perPass[pass] holds one sample per (path, operation, level).
 	perPass := make([][]load.Sample, passes)
+	work := opWork{}
 	for pass := range passes {
 		for _, c := range levels {
 			for _, op := range ops {
@@ -342,6 +362,10 @@ func BenchmarkAggregatedVsCRD(b *testing.B) {
 						n := (k + round) % len(paths)
 						p := paths[n]
 						ri := p.client.Resource(p.gvr).Namespace(p.namespace(level(pass, c) + op.suffix))
+						cpu0, err := totalCPU(procs)
+						if err != nil {
+							b.Fatal(err)
+						}
 						r, err := op.run(ctx, p, ri, c, lo, hi)
 						if err != nil {
 							b.Fatalf("pass %d, %s, %s, %d clients, round %d: %v", pass+1, op.name, p.name, c, round+1, err)
@@ -351,6 +375,11 @@ func BenchmarkAggregatedVsCRD(b *testing.B) {
 								b.Fatalf("pass %d, after %s, %s, %d clients, round %d: %v", pass+1, op.name, p.name, c, round+1, err)
 							}
 						}
+						cpu1, err := totalCPU(procs)
+						if err != nil {
+							b.Fatal(err)
+						}
+						work.add(p.name, op.name, c, cpu1-cpu0-background*r.Elapsed.Seconds(), r.Ops)
 						rounds[n] = append(rounds[n], r)
 					}
 				}
@@ -398,6 +427,11 @@ func BenchmarkAggregatedVsCRD(b *testing.B) {
 	}
 	load.PrintRatios(out, fmt.Sprintf("summary: ratios to the CRD, latencies pooled over %d passes (goal: aggregated p99 within 1.3× of the CRD's; direct faster than the CRD)", passes),
 		pathCRD, []string{pathAggregated, pathDirect}, samples)
+	var opNames []string
+	for _, op := range ops {
+		opNames = append(opNames, op.name)
+	}
+	work.print(out, background, opNames, levels)
 	if passes > 1 {
 		load.PrintPassRatios(out, "each pass alone: aggregated p99 ×CRD (context: the spread of one pass's tail)", pathCRD, pathAggregated, perPass)
 	}
