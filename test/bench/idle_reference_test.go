@@ -122,17 +122,19 @@ func measureReference(ctx context.Context, kube kubernetes.Interface, dyn dynami
 			return nil, err
 		}
 	}
+	restStart := time.Now()
 	select {
 	case <-time.After(referenceRest):
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	rested := time.Since(restStart).Seconds()
 	for _, p := range procs {
 		c, err := cpuSeconds(p.pid)
 		if err != nil {
 			return nil, err
 		}
-		fig.rest[p.name] = (c - cpu0[p.name]) / referenceRest.Seconds()
+		fig.rest[p.name] = (c - cpu0[p.name]) / rested
 		cpu0[p.name] = c
 	}
 	// A pacer hands the next object to four writers at the rate; an object
@@ -233,7 +235,10 @@ func writeReference(ctx context.Context, ri dynamic.ResourceInterface, objs []*u
 		objs[i] = u
 		return nil
 	}
-	if cur, gerr := ri.Get(ctx, objs[i].GetName(), metav1.GetOptions{}); gerr == nil {
+	// A fresh deadline: the write may have spent the first.
+	gctx, gcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer gcancel()
+	if cur, gerr := ri.Get(gctx, objs[i].GetName(), metav1.GetOptions{}); gerr == nil {
 		objs[i] = cur
 	}
 	return err

@@ -466,15 +466,19 @@ func (f *idleFleet) print(w io.Writer, fig *idleFigures, ref *referenceFigures, 
 	refCPU := ref.cpu["kube-apiserver"]
 	fmt.Fprintf(tw, "stock reference: kube-apiserver CPU serving the fleet's nominal rate of writes to a CRD (context)\t%.2f %%\t\t\t\n", 100*refCPU/ref.window.Seconds())
 	fmt.Fprintf(tw, "  of which at rest (its CPU over %s before the writes)\t%.2f %%\t\t\t\n", referenceRest, 100*ref.rest["kube-apiserver"])
-	if perRef, ok := ref.perWrite("kube-apiserver"); ok && allWrites > 0 {
-		perKollect := fig.cpu["kollect-apiserver"] / allWrites
+	perRef, refOK := ref.perWrite("kube-apiserver")
+	if refOK {
 		fmt.Fprintf(tw, "  per status write, less its rest (context)\t%.2f ms\t\t\t\n", 1000*perRef)
-		fmt.Fprintf(tw, "kollect-apiserver per status write ÷ the reference's (context: kollect's includes its rest, no-op writes and exporters; the reference's leaves out its rest and its client)\t%.2f\t\t\t\n", perKollect/perRef)
 	} else {
-		fmt.Fprintf(tw, "  per status write, less its rest (context)\t- (no writes, or the rest is over half its CPU)\t\t\t\n")
+		fmt.Fprintf(tw, "  per status write, less its rest (context)\t- (no writes, or its rest is over half its CPU)\t\t\t\n")
+	}
+	if refOK && allWrites > 0 {
+		perKollect := fig.cpu["kollect-apiserver"] / allWrites
+		fmt.Fprintf(tw, "kollect-apiserver per status write ÷ the reference's (context: kollect's includes its rest, no-op writes and exporters; the reference's leaves out its rest and its client)\t%.2f\t\t\t\n", perKollect/perRef)
 	}
 	if perEtcd, ok := ref.perWrite("kube-apiserver's etcd"); ok && allWrites > 0 {
-		fmt.Fprintf(tw, "etcd CPU per status write: kollect's (all of it) ÷ the reference's (less its rest) (context)\t%.2f / %.2f ms\t\t\t\n", 1000*fig.cpu["kollect etcd"]/allWrites, 1000*perEtcd)
+		perKollect := fig.cpu["kollect etcd"] / allWrites
+		fmt.Fprintf(tw, "etcd CPU per status write, kollect's (all of it) and the reference's (less its rest) (context)\t%.2f and %.2f ms\t\t\t\n", 1000*perKollect, 1000*perEtcd)
 	}
 	fmt.Fprintf(tw, "Inventory status writes/min, all (watch events)\t%.0f\t≤ due %.0f\t%s\t\n", perMin(allWrites), perMin(allDue), ratio(allWrites, allDue))
 	fmt.Fprintf(tw, "  working (file sink)\t%.0f\t≤ due %.0f\t%s\t\n", perMin(fig.writes[classWorking]), perMin(fig.due[classWorking]), ratio(fig.writes[classWorking], fig.due[classWorking]))

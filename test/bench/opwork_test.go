@@ -27,9 +27,12 @@ type opWorkSum struct {
 	cpu        float64 // seconds, as measured
 	background float64 // seconds of it the idle fleet's rate accounts for
 	ops        int
+	// unsettled counts rounds whose caused work was not seen done in time:
+	// some of it fell outside them.
+	unsettled int
 }
 
-func (w opWork) add(path, op string, clients int, cpu, background float64, ops int) {
+func (w opWork) add(path, op string, clients int, cpu, background float64, ops int, unsettled bool) {
 	k := opWorkKey{path, op, clients}
 	if w[k] == nil {
 		w[k] = &opWorkSum{}
@@ -37,6 +40,9 @@ func (w opWork) add(path, op string, clients int, cpu, background float64, ops i
 	w[k].cpu += cpu
 	w[k].background += background
 	w[k].ops += ops
+	if unsettled {
+		w[k].unsettled++
+	}
 }
 
 // perOp is the CPU per operation in milliseconds, as measured and less the
@@ -49,6 +55,14 @@ func (w opWork) perOp(path, op string, clients int) (raw, net float64, ok bool) 
 	return 1000 * s.cpu / float64(s.ops), 1000 * (s.cpu - s.background) / float64(s.ops), true
 }
 
+// unsettled is how many of the rounds ended before their work did.
+func (w opWork) unsettled(path, op string, clients int) int {
+	if s := w[opWorkKey{path, op, clients}]; s != nil {
+		return s.unsettled
+	}
+	return 0
+}
+
 // print writes CPU per operation for every path and the aggregated path's
 // ratio to the CRD's. A figure whose background share is over 30 % of
 // what was measured is marked "*": the background's estimate moves it.
@@ -57,30 +71,40 @@ func (w opWork) print(out io.Writer, background float64, ops []string, levels []
 	if background > 0 {
 		less = fmt.Sprintf("less the idle fleet's %.1f %% of a core (measured just before the comparison) for each round's duration", 100*background)
 	}
-	fmt.Fprintf(out, "\n== CPU per operation (context): kollect-apiserver, kube-apiserver and both etcds together, from each measured round's start until the work it caused is done (for \"create, exported\" on kollect's paths: until every object's Warning Event is posted), without the clean-up after it, summed over the passes, %s; * marks a figure the subtraction moved by over 30 %%; watch fan-out divides the writer's updates and their deliveries by the deliveries\n", less)
+	fmt.Fprintf(out, "\n== CPU per operation (context): kollect-apiserver, kube-apiserver and both etcds together, over the first pass's measured rounds, without the clean-up after them; a round ends with its last response, except \"create, exported\" on kollect's paths, which ends once every object's Warning Event is posted (kollect posts them at its host client's 20/s; † marks rounds that ended first); %s; * marks a figure, or a ratio of figures, the subtraction moved by over 30 %%; watch fan-out divides the writer's updates and their deliveries by the deliveries\n", less)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "operation\tclients\t"+pathCRD+" ms/op\t"+pathAggregated+" ms/op\t×"+pathCRD+"\t"+pathDirect+" ms/op\t")
-	cell := func(raw, net float64, ok bool) string {
+	moved := func(raw, net float64) bool { return net <= 0 || raw-net > 0.3*raw }
+	cell := func(path, op string, c int) string {
+		raw, net, ok := w.perOp(path, op, c)
+		var s string
 		switch {
 		case !ok:
 			return "-"
 		case net <= 0:
-			return fmt.Sprintf("≤0 (%.2f raw)*", raw)
-		case raw-net > 0.3*raw:
-			return fmt.Sprintf("%.2f*", net)
+			s = fmt.Sprintf("≤0 (%.2f raw)*", raw)
+		case moved(raw, net):
+			s = fmt.Sprintf("%.2f*", net)
+		default:
+			s = fmt.Sprintf("%.2f", net)
 		}
-		return fmt.Sprintf("%.2f", net)
+		if n := w.unsettled(path, op, c); n > 0 {
+			s += fmt.Sprintf("†%d", n)
+		}
+		return s
 	}
 	for _, op := range ops {
 		for _, c := range levels {
 			cRaw, crd, cOK := w.perOp(pathCRD, op, c)
 			aRaw, agg, aOK := w.perOp(pathAggregated, op, c)
-			dRaw, dir, dOK := w.perOp(pathDirect, op, c)
 			r := "-"
 			if cOK && aOK && crd > 0 && agg > 0 {
 				r = fmt.Sprintf("%.2f", agg/crd)
+				if moved(cRaw, crd) || moved(aRaw, agg) {
+					r += "*"
+				}
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", op, c, cell(cRaw, crd, cOK), cell(aRaw, agg, aOK), r, cell(dRaw, dir, dOK))
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", op, c, cell(pathCRD, op, c), cell(pathAggregated, op, c), r, cell(pathDirect, op, c))
 		}
 	}
 	tw.Flush()
