@@ -140,12 +140,12 @@ func measureReference(ctx context.Context, kube kubernetes.Interface, dyn dynami
 	// A pacer hands the next object to four writers at the rate; an object
 	// comes round again only after n others, so no two writes of one object
 	// overlap and each carries the resourceVersion its last write returned.
-	todo := make(chan int)
+	pending := make(chan int)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
-			for i := range todo {
+			for i := range pending {
 				ri := res.Namespace(referenceNamespace(i / idlePerNamespace))
 				if err := writeReference(ctx, ri, objs, i, since); err != nil {
 					mu.Lock()
@@ -160,7 +160,7 @@ func measureReference(ctx context.Context, kube kubernetes.Interface, dyn dynami
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		defer close(todo)
+		defer close(pending)
 		for k := range total {
 			at := start.Add(time.Duration(float64(k) / rate * float64(time.Second)))
 			select {
@@ -169,7 +169,7 @@ func measureReference(ctx context.Context, kube kubernetes.Interface, dyn dynami
 				return
 			}
 			select {
-			case todo <- k % n:
+			case pending <- k % n:
 			case <-ctx.Done():
 				return
 			}
