@@ -614,3 +614,36 @@ func TestReviewSecretNamingAnotherDatabaseGetsEverything(t *testing.T) {
 		t.Errorf("the database the Secret now names holds %v; the live set is {x, y} (status: %s, itemCount %d)", held, last.Outcome, last.ItemCount)
 	}
 }
+
+// A file sink's client rebuilt by age (--sink-client-max-age; every run
+// here) still finds the document it wrote in place: the due re-exports
+// write nothing, and the document stays the same file. A sink edited to
+// another place is written there, knowing nothing of the old one.
+func TestReviewRebuiltFileClientLeavesTheDocument(t *testing.T) {
+	ctx := reviewCtx(t)
+	h, v := spreadHost(t, 30*time.Second, 30*time.Second)
+	h.maxAge = time.Nanosecond
+	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
+	defer func() { e.sub.close(); e.closeClient() }()
+	e.runOnce(ctx)
+	doc := filepath.Join(h.root, "ns", "a", "east", "ns", "inv.json")
+	first, err := os.Stat(doc)
+	if err != nil {
+		t.Fatalf("the first export: %v", err)
+	}
+	for i := range 3 {
+		built := e.client
+		e.lastExport = time.Now().Add(-time.Minute) // the re-export is due
+		e.runOnce(ctx)
+		en := h.entries[len(h.entries)-1]
+		if e.client == built {
+			t.Fatalf("re-export %d: the client was not rebuilt (max age %s)", i, h.maxAge)
+		}
+		if en.Outcome != v1alpha1.OutcomeExported || en.Message != exportMessage(actFull, false) {
+			t.Errorf("re-export %d after a rebuild: %s %q; want Exported %q", i, en.Outcome, en.Message, exportMessage(actFull, false))
+		}
+		if now, err := os.Stat(doc); err != nil || !os.SameFile(first, now) || !now.ModTime().Equal(first.ModTime()) {
+			t.Errorf("re-export %d after a rebuild replaced the document (%v)", i, err)
+		}
+	}
+}

@@ -65,6 +65,13 @@ func (e *exporter) ensureClient(ctx context.Context, cfg *resolved, set settings
 	if err != nil {
 		return err
 	}
+	if old := e.client; old != nil && old.fingerprint == client.fingerprint && old.secretVersion == client.secretVersion {
+		// Rebuilt by age, to the same destination: what the old client
+		// learned of it still holds.
+		if s, ok := client.Prober.(sink.Successor); ok {
+			s.Succeed(old.Prober)
+		}
+	}
 	e.closeClient()
 	e.client = client
 	if client.secretVersion != e.secretVersion {

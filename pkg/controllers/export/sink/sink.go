@@ -191,6 +191,16 @@ type Prober interface {
 	Close() error
 }
 
+// Successor is implemented by a sink that can take over what the sink it
+// replaces learned of the destination, when the exporter builds the client
+// again for the same spec and Secret (--sink-client-max-age).
+type Successor interface {
+	// Succeed takes over what prev knows when prev writes to the same
+	// destination in the same way, and does nothing otherwise. prev is
+	// closed afterwards.
+	Succeed(prev Prober)
+}
+
 // ErrPermanent marks errors that retrying cannot fix (bad configuration,
 // a rejected credential); the exporter reports them without backing off
 // into a hot loop and waits for the spec or Secret to change.

@@ -13,17 +13,21 @@ package file
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"io"
 	"io/fs"
+	"maps"
 	"net/url"
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
@@ -77,15 +81,28 @@ type Sink struct {
 	// only validates the spec and a directory that cannot be created yet
 	// shows up as a Probe failure.
 	root *os.Root
-	// synced holds, per document path, the checksum and generation of the
-	// last document this Sink wrote there and made durable, rename
-	// included. Rewriting the same (a due re-export: only exportedAt
-	// moves) skips the directory sync: a crash that loses that rename
-	// leaves the same items.
-	synced map[string]string
+	// docs holds, per document path, the last document this Sink wrote
+	// there.
+	docs map[string]writtenDoc
 }
 
-var _ sink.SnapshotSink = (*Sink)(nil)
+// writtenDoc is what a Sink remembers of the last document it wrote at a
+// path: a due re-export of the same version leaves the document when it
+// is still that very file, unchanged.
+type writtenDoc struct {
+	// version is the documentVersion of what the document says.
+	version [sha256.Size]byte
+	// file is the document as the write left it (after the rename): what
+	// sameFile compares.
+	file fs.FileInfo
+	// digest is the SHA-256 of its bytes.
+	digest [sha256.Size]byte
+}
+
+var (
+	_ sink.SnapshotSink = (*Sink)(nil)
+	_ sink.Successor    = (*Sink)(nil)
+)
 
 func init() {
 	sink.Snapshots.Register(string(v1alpha1.SnapshotSinkFile), build)
@@ -247,7 +264,13 @@ func checkPath(p string) error {
 // namespace's directory as needed. Callers hold mu.
 func (s *Sink) openRoot() (*os.Root, error) {
 	if s.root != nil {
-		return s.root, nil
+		if s.rootInPlace() {
+			return s.root, nil
+		}
+		// The directory was moved or replaced: its handle would write
+		// where the endpoint no longer leads.
+		_ = s.root.Close()
+		s.root = nil
 	}
 	top, err := os.OpenRoot(s.loc.Root)
 	if err != nil {
@@ -264,12 +287,31 @@ func (s *Sink) openRoot() (*os.Root, error) {
 	if err := ns.MkdirAll(s.dir, dirMode); err != nil {
 		return nil, fmt.Errorf("file sink: creating %s: %w", s.dir, err)
 	}
-	root, err := ns.OpenRoot(s.dir)
+	root, err := ns.OpenRoot(asDir(s.dir))
 	if err != nil {
 		return nil, fmt.Errorf("file sink: opening %s: %w", s.dir, withoutPath(err))
 	}
 	s.root = root
 	return root, nil
+}
+
+// rootInPlace reports whether the endpoint's path still leads to the
+// directory the sink holds open. It only compares: the path, followed
+// outside os.Root, is never written or read through.
+func (s *Sink) rootInPlace() bool {
+	want, err := os.Stat(filepath.Join(s.loc.Root, s.loc.Namespace, s.dir))
+	if err != nil {
+		return false
+	}
+	held, err := s.root.Stat(".")
+	return err == nil && os.SameFile(want, held)
+}
+
+// asDir names the directory p so that opening it fails at once when p is
+// anything else: os.Root opens a path's last element without O_DIRECTORY,
+// and a FIFO planted there would make the open wait for a writer.
+func asDir(p string) string {
+	return p + "/."
 }
 
 // openNamespace opens DIR/<namespace>, creating it, and makes sure that
@@ -281,7 +323,7 @@ func openNamespace(top *os.Root, namespace string) (*os.Root, error) {
 	if err := top.Mkdir(namespace, dirMode); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, fmt.Errorf("file sink: creating the directory of namespace %s: %w", namespace, withoutPath(err))
 	}
-	ns, err := top.OpenRoot(namespace)
+	ns, err := top.OpenRoot(asDir(namespace))
 	if err != nil {
 		return nil, fmt.Errorf("file sink: opening the directory of namespace %s: %w: %w", namespace, withoutPath(err), sink.ErrPermanent)
 	}
@@ -306,6 +348,13 @@ func withoutPath(err error) error {
 // Write replaces the inventory's file with the encoded envelope: a temp
 // file in the target's directory is written, synced and renamed over the
 // target, so readers see the old or the new document, never a part.
+//
+// A due re-export of an unchanged payload (the same items, profiles,
+// generation and inventory; only exportedAt would move) that finds the
+// document this Sink last wrote still in place, byte for byte, writes
+// nothing and reports written false, as a git sink makes no commit: the
+// document keeps the exportedAt of the write that put this payload there.
+// A document removed, replaced or edited since is written again.
 func (s *Sink) Write(ctx context.Context, inv sink.Inventory, env *sink.Envelope) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -314,10 +363,6 @@ func (s *Sink) Write(ctx context.Context, inv sink.Inventory, env *sink.Envelope
 	if err != nil {
 		return false, err
 	}
-	doc, err := sink.Encode(env, s.format)
-	if err != nil {
-		return false, fmt.Errorf("file sink: encoding: %w: %w", err, sink.ErrPermanent)
-	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -325,28 +370,90 @@ func (s *Sink) Write(ctx context.Context, inv sink.Inventory, env *sink.Envelope
 	if err != nil {
 		return false, err
 	}
-	version := documentVersion(env)
-	durable := s.synced[p] != version
-	err = writeAtomic(root, p, doc, durable)
+	version := documentVersion(inv, env)
+	if last, ok := s.docs[p]; ok && last.version == version && holds(root, p, last) {
+		return false, nil
+	}
+	doc, err := sink.Encode(env, s.format)
+	if err != nil {
+		return false, fmt.Errorf("file sink: encoding: %w: %w", err, sink.ErrPermanent)
+	}
+	delete(s.docs, p)
+	err = writeAtomic(root, p, doc)
 	if errors.Is(err, fs.ErrNotExist) {
 		// The first document in its directory, or someone removed it.
-		durable = true
 		if root, err = s.makeParent(root, p); err != nil {
 			return false, err
 		}
-		err = writeAtomic(root, p, doc, durable)
+		err = writeAtomic(root, p, doc)
 	}
 	if err != nil {
-		delete(s.synced, p)
 		return false, fmt.Errorf("file sink: writing %s: %w", p, err)
 	}
-	if durable {
-		if s.synced == nil {
-			s.synced = map[string]string{}
+	// What the write left: a document that cannot be looked at is not
+	// remembered, and the next re-export writes it again.
+	if file, err := root.Lstat(p); err == nil {
+		if s.docs == nil {
+			s.docs = map[string]writtenDoc{}
 		}
-		s.synced[p] = version
+		s.docs[p] = writtenDoc{version: version, file: file, digest: sha256.Sum256(doc)}
 	}
 	return true, nil
+}
+
+// Succeed takes over which documents prev wrote, when prev wrote to the
+// same place in the same form: a client rebuilt by age
+// (--sink-client-max-age) then still finds its documents in place.
+func (s *Sink) Succeed(prev sink.Prober) {
+	p, ok := prev.(*Sink)
+	if !ok || p == s || p.loc != s.loc || p.dir != s.dir || p.pathTemplate != s.pathTemplate || p.format != s.format {
+		return
+	}
+	p.mu.Lock()
+	docs := maps.Clone(p.docs)
+	p.mu.Unlock()
+	s.mu.Lock()
+	s.docs = docs
+	s.mu.Unlock()
+}
+
+// holds reports whether the document at p is still the file doc describes,
+// as it was written: the same inode (not a copy, a symlink or another
+// writer's file put in its place), mode, size and modification time, and
+// the same bytes. Any doubt says no: the caller then writes it again.
+func holds(root *os.Root, p string, doc writtenDoc) bool {
+	entry, err := root.Lstat(p)
+	if err != nil || !sameFile(entry, doc.file) {
+		return false
+	}
+	f, err := openDocument(root, p)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if opened, err := f.Stat(); err != nil || !sameFile(opened, doc.file) {
+		return false
+	}
+	h := sha256.New()
+	if n, err := io.Copy(h, io.LimitReader(f, doc.file.Size()+1)); err != nil || n != doc.file.Size() {
+		return false
+	}
+	return [sha256.Size]byte(h.Sum(nil)) == doc.digest
+}
+
+// openDocument opens p for reading. O_NONBLOCK: should a FIFO be swapped
+// in after the caller looked, the open must not wait for a writer, with
+// the sink's lock held.
+func openDocument(root *os.Root, p string) (*os.File, error) {
+	return root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+}
+
+// sameFile reports whether a and b describe the same regular file in the
+// same state: nothing about it changed in between, its owner and links
+// included (sameInodeState).
+func sameFile(a, b fs.FileInfo) bool {
+	return a.Mode().IsRegular() && os.SameFile(a, b) && a.Mode() == b.Mode() &&
+		a.Size() == b.Size() && a.ModTime().Equal(b.ModTime()) && sameInodeState(a, b)
 }
 
 // makeParent creates the directories of the document p. When the sink's
@@ -370,28 +477,35 @@ func (s *Sink) makeParent(root *os.Root, p string) (*os.Root, error) {
 }
 
 // documentVersion identifies what a document says besides exportedAt: the
-// items (checksum: keys and content hashes; an item's target and source
-// are in its key), the generation, and each item's profile, which neither
-// covers.
-func documentVersion(env *sink.Envelope) string {
-	h := fnv.New64a()
-	for _, it := range env.Items {
-		h.Write([]byte(it.Profile))
+// inventory it describes, the generation, and every item's key, target,
+// profile and content hash (which covers its source, attributes and
+// object).
+func documentVersion(inv sink.Inventory, env *sink.Envelope) [sha256.Size]byte {
+	h := sha256.New()
+	field := func(v string) {
+		h.Write([]byte(v))
 		h.Write([]byte{0})
 	}
-	return fmt.Sprintf("%s/%d/%x", env.Checksum, env.Generation, h.Sum64())
+	for _, v := range []string{env.SchemaVersion, env.Cluster, inv.Cluster, inv.Kind, inv.Namespace, inv.Name, env.Checksum, strconv.FormatInt(env.Generation, 10)} {
+		field(v)
+	}
+	for _, it := range env.Items {
+		for _, v := range []string{it.Key(), it.Target, it.Profile, it.Hash} {
+			field(v)
+		}
+	}
+	return [sha256.Size]byte(h.Sum(nil))
 }
 
-// writeAtomic writes doc to name via a temp file and a rename, and with
-// durable syncs the parent directory so the rename survives a crash. The
-// parent is opened once and every step names a file in it: each path an
-// os.Root resolves costs a system call per element, and a due re-export
-// (every interval, for every inventory) would resolve it three times.
-func writeAtomic(root *os.Root, name string, doc []byte, durable bool) (err error) {
+// writeAtomic writes doc to name via a temp file and a rename, and syncs
+// the parent directory so the rename survives a crash. The parent is
+// opened once and every step names a file in it: each path an os.Root
+// resolves costs a system call per element.
+func writeAtomic(root *os.Root, name string, doc []byte) (err error) {
 	dir, base := path.Split(name)
 	parent := root
 	if dir != "" {
-		if parent, err = root.OpenRoot(path.Clean(dir)); err != nil {
+		if parent, err = root.OpenRoot(asDir(path.Clean(dir))); err != nil {
 			return err
 		}
 		defer parent.Close()
@@ -418,9 +532,6 @@ func writeAtomic(root *os.Root, name string, doc []byte, durable bool) (err erro
 	if err = parent.Rename(tmp, base); err != nil {
 		return err
 	}
-	if !durable {
-		return nil
-	}
 	return syncDir(parent, ".")
 }
 
@@ -446,7 +557,7 @@ func randomSuffix() string {
 }
 
 func syncDir(root *os.Root, dir string) error {
-	d, err := root.Open(dir)
+	d, err := root.Open(asDir(dir))
 	if err != nil {
 		return err
 	}
@@ -474,7 +585,7 @@ func (s *Sink) Delete(ctx context.Context, inv sink.Inventory) error {
 	if err != nil {
 		return err
 	}
-	delete(s.synced, p)
+	delete(s.docs, p)
 	if err := root.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("file sink: removing %s: %w", p, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -183,7 +184,8 @@ func TestOverwrite(t *testing.T) {
 // TestRewriteAfterDirectoryRemoved: the sink creates a document's
 // directory only when a write finds it missing; one removed after the
 // first write (by hand, or by a Delete of the last document in it) is
-// created again, and a same-content rewrite still replaces the document.
+// created again, and the same payload is written again there, while an
+// unchanged payload whose document is in place leaves it.
 func TestRewriteAfterDirectoryRemoved(t *testing.T) {
 	// The document's directory, and the sink's own directory (the one the
 	// sink keeps open between writes).
@@ -192,22 +194,336 @@ func TestRewriteAfterDirectoryRemoved(t *testing.T) {
 			ctx := context.Background()
 			s, dir := newSink(t, t.TempDir(), "", "")
 			doc := filepath.Join(dir, "east", "team-a", "apps.json")
-			for i, at := range []time.Time{exportedAt, exportedAt.Add(time.Minute), exportedAt.Add(2 * time.Minute), exportedAt.Add(3 * time.Minute)} {
+			at := func(i int) time.Time { return exportedAt.Add(time.Duration(i) * time.Minute) }
+			// Write i is a due re-export of the same payload; the
+			// document holds the exportedAt of the write that put it there.
+			for i, want := range []struct {
+				written bool
+				holds   int
+			}{{true, 0}, {false, 0}, {true, 2}, {false, 2}} {
 				if i == 2 {
 					if err := os.RemoveAll(filepath.Join(dir, removed)); err != nil {
 						t.Fatal(err)
 					}
 				}
-				if _, err := s.Write(ctx, nsInv, envelope(nsInv, 1, at, item("a", "x", "1"))); err != nil {
+				written, err := s.Write(ctx, nsInv, envelope(nsInv, 1, at(i), item("a", "x", "1")))
+				if err != nil {
 					t.Fatalf("write %d: %v", i, err)
+				}
+				if written != want.written {
+					t.Errorf("write %d: written = %v, want %v", i, written, want.written)
 				}
 				got, err := os.ReadFile(doc)
 				if err != nil {
 					t.Fatalf("after write %d: %v", i, err)
 				}
-				if !strings.Contains(string(got), at.Format(time.RFC3339)) {
-					t.Errorf("after write %d the document does not say exportedAt %s", i, at.Format(time.RFC3339))
+				if !strings.Contains(string(got), at(want.holds).Format(time.RFC3339)) {
+					t.Errorf("after write %d the document does not say exportedAt %s", i, at(want.holds).Format(time.RFC3339))
 				}
+			}
+		})
+	}
+}
+
+// TestReexportRestoresDrift: a due re-export of an unchanged payload
+// leaves the document it finds as it was written (same file, same
+// modification time), and writes it again, as a full export, when anything
+// changed it since: an edit of the same length, a truncation, a removal,
+// a symlink in its place, an identical copy in its place, a new mode (or
+// one set back), a hard link, its directory moved away (the sink holds
+// that directory open), or another writer's document. The rewrite restores
+// the sink's mode.
+func TestReexportRestoresDrift(t *testing.T) {
+	ctx := context.Background()
+	other := sink.Inventory{Cluster: nsInv.Cluster, Kind: nsInv.Kind, Namespace: nsInv.Namespace, Name: "other"}
+	for _, tc := range []struct {
+		name  string
+		drift func(t *testing.T, s *Sink, doc string)
+	}{
+		{"untouched", nil},
+		{"edited in place, same length", func(t *testing.T, _ *Sink, doc string) {
+			b, err := os.ReadFile(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			i := bytes.Index(b, []byte(`"x"`))
+			b[i+1] = 'z'
+			if err := os.WriteFile(doc, b, 0o640); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"truncated", func(t *testing.T, _ *Sink, doc string) {
+			if err := os.Truncate(doc, 0); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"removed", func(t *testing.T, _ *Sink, doc string) {
+			if err := os.Remove(doc); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"a symlink to an identical copy", func(t *testing.T, _ *Sink, doc string) {
+			copyPath := filepath.Join(filepath.Dir(doc), "copy.json")
+			b, err := os.ReadFile(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(copyPath, b, 0o640); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(doc); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink("copy.json", doc); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"an identical copy with another mode", func(t *testing.T, _ *Sink, doc string) {
+			b, err := os.ReadFile(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmp := doc + ".copy"
+			if err := os.WriteFile(tmp, b, 0o400); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, doc); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"its mode changed in place", func(t *testing.T, _ *Sink, doc string) {
+			if err := os.Chmod(doc, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"its mode changed and set back", func(t *testing.T, _ *Sink, doc string) {
+			for _, mode := range []fs.FileMode{0o600, fileMode} {
+				if err := os.Chmod(doc, mode); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
+		{"a hard link to it", func(t *testing.T, _ *Sink, doc string) {
+			if err := os.Link(doc, doc+".link"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"its endpoint directory moved away", func(t *testing.T, _ *Sink, doc string) {
+			out := filepath.Dir(filepath.Dir(filepath.Dir(doc)))
+			if err := os.Rename(out, out+".old"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"its namespace directory moved away", func(t *testing.T, _ *Sink, doc string) {
+			ns := filepath.Dir(filepath.Dir(filepath.Dir(filepath.Dir(doc))))
+			if err := os.Rename(ns, ns+".old"); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"another inventory's document at the same path", func(t *testing.T, s *Sink, _ string) {
+			if _, err := s.Write(ctx, other, envelope(other, 1, exportedAt, item("a", "x", "1"))); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// One document for every inventory of the namespace: a second
+			// inventory writes the same path.
+			s, dir := newSink(t, t.TempDir(), "", "{cluster}/{namespace}/all.{ext}")
+			doc := filepath.Join(dir, "east", "team-a", "all.json")
+			first := envelope(nsInv, 1, exportedAt, item("a", "x", "1"))
+			if written, err := s.Write(ctx, nsInv, first); err != nil || !written {
+				t.Fatalf("first write = %v, %v", written, err)
+			}
+			want, err := sink.Encode(first, sink.JSON)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.drift != nil {
+				tc.drift(t, s, doc)
+			}
+			before, _ := os.Lstat(doc)
+			again := envelope(nsInv, 1, exportedAt.Add(time.Minute), item("a", "x", "1"))
+			written, err := s.Write(ctx, nsInv, again)
+			if err != nil {
+				t.Fatal(err)
+			}
+			after, err := os.Lstat(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !after.Mode().IsRegular() {
+				t.Fatalf("after the re-export the document is %v, not a regular file", after.Mode())
+			}
+			got, err := os.ReadFile(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.drift == nil {
+				if written || !os.SameFile(before, after) || !before.ModTime().Equal(after.ModTime()) || !bytes.Equal(got, want) {
+					t.Errorf("re-export of an untouched document: written = %v, same file %v, same time %v, same bytes %v; want false, and the document left as it was",
+						written, os.SameFile(before, after), before.ModTime().Equal(after.ModTime()), bytes.Equal(got, want))
+				}
+				return
+			}
+			if !written {
+				t.Errorf("written = false after the document was %s; want it written again", tc.name)
+			}
+			if rewritten, err := sink.Encode(again, sink.JSON); err != nil || !bytes.Equal(got, rewritten) {
+				t.Errorf("document after the re-export = %s; want the re-export's (%v)", got, err)
+			}
+			if after.Mode().Perm() != fileMode {
+				t.Errorf("document mode after the re-export %v, want %v", after.Mode().Perm(), fileMode)
+			}
+		})
+	}
+}
+
+// TestVersionCoversEveryItemField: a payload that differs from the last
+// one only in what the checksum leaves out (an item's target or profile,
+// the generation, the inventory) is written, not taken for the same.
+func TestVersionCoversEveryItemField(t *testing.T) {
+	ctx := context.Background()
+	base := func() *sink.Envelope { return envelope(nsInv, 1, exportedAt, item("a", "x", "1")) }
+	for _, tc := range []struct {
+		name   string
+		change func(env *sink.Envelope)
+	}{
+		{"target", func(env *sink.Envelope) { env.Items[0].Target = "other-target" }},
+		{"profile", func(env *sink.Envelope) { env.Items[0].Profile = "other-profile" }},
+		{"generation", func(env *sink.Envelope) { env.Generation = 2 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, dir := newSink(t, t.TempDir(), "", "")
+			if _, err := s.Write(ctx, nsInv, base()); err != nil {
+				t.Fatal(err)
+			}
+			env := base()
+			tc.change(env)
+			if env.Checksum != base().Checksum {
+				t.Fatalf("the change moved the checksum: not the case under test")
+			}
+			written, err := s.Write(ctx, nsInv, env)
+			if err != nil || !written {
+				t.Fatalf("Write after a change of the %s = %v, %v; want written", tc.name, written, err)
+			}
+			got, err := os.ReadFile(filepath.Join(dir, "east", "team-a", "apps.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want, _ := sink.Encode(env, sink.JSON); !bytes.Equal(got, want) {
+				t.Errorf("document = %s; want %s", got, want)
+			}
+		})
+	}
+}
+
+// TestSucceed: a sink built again for the same place (a client rebuilt by
+// age) still finds the documents its predecessor wrote, and leaves them;
+// one for another place, or format, starts knowing nothing.
+func TestSucceed(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	old := newSinkAt(t, root, "team-a", "file:///out", "", "")
+	if _, err := old.Write(ctx, nsInv, envelope(nsInv, 1, exportedAt, item("a", "x", "1"))); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		next     *Sink
+		wantKept bool
+	}{
+		{"same place", newSinkAt(t, root, "team-a", "file:///out", "", ""), true},
+		{"another endpoint", newSinkAt(t, root, "team-a", "file:///elsewhere", "", ""), false},
+		{"another format", newSinkAt(t, root, "team-a", "file:///out", v1alpha1.SerializationYAML, ""), false},
+		{"another namespace", newSinkAt(t, root, "team-b", "file:///out", "", ""), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.next.Succeed(old)
+			if kept := len(tc.next.docs) > 0; kept != tc.wantKept {
+				t.Fatalf("after Succeed the sink knows %d documents; want them kept: %v", len(tc.next.docs), tc.wantKept)
+			}
+			if !tc.wantKept {
+				return
+			}
+			_ = old.Close()
+			written, err := tc.next.Write(ctx, nsInv, envelope(nsInv, 1, exportedAt.Add(time.Minute), item("a", "x", "1")))
+			if err != nil || written {
+				t.Errorf("re-export through the successor = %v, %v; want the document left (false, nil)", written, err)
+			}
+		})
+	}
+}
+
+// TestOpenDocumentDoesNotWaitOnAFIFO: the read-back opens without waiting
+// for a writer, so a FIFO swapped in where the document goes cannot stop
+// the sink with its lock held. (holds looks before it opens; the swap
+// comes between the two.)
+func TestOpenDocumentDoesNotWaitOnAFIFO(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "apps.json")
+	if err := syscall.Mkfifo(fifo, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	_ = callBesideFIFO(t, fifo, "opening a FIFO", func() error {
+		f, err := openDocument(root, "apps.json")
+		if err == nil {
+			_ = f.Close()
+		}
+		return err
+	})
+}
+
+// callBesideFIFO runs call and returns its error. Should call still wait
+// after 10 s (on the FIFO at fifo, for a writer), it lets it go, by opening
+// the FIFO for writing, and fails the test saying what waited.
+func callBesideFIFO(t *testing.T, fifo, what string, call func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- call() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		if w, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			_ = w.Close()
+		}
+		<-done
+		t.Fatalf("%s waited for a writer", what)
+		return nil
+	}
+}
+
+// TestFIFOInsteadOfADirectory: a FIFO where a directory of the path goes
+// fails the write at once instead of making it wait for a writer with the
+// sink's lock held.
+func TestFIFOInsteadOfADirectory(t *testing.T) {
+	for _, planted := range []string{
+		"out/east/team-a", // the document's directory
+		"out",             // the endpoint's directory, before the first write
+		".",               // the namespace's directory
+	} {
+		t.Run(planted, func(t *testing.T) {
+			root := t.TempDir()
+			fifo := filepath.Join(root, "team-a", planted)
+			if err := os.MkdirAll(filepath.Dir(fifo), 0o750); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Mkfifo(fifo, 0o640); err != nil {
+				t.Fatal(err)
+			}
+			s, _ := newSink(t, root, "", "")
+			err := callBesideFIFO(t, fifo, "Write through a FIFO at "+planted, func() error {
+				_, err := s.Write(context.Background(), nsInv, envelope(nsInv, 1, exportedAt, item("a", "x", "1")))
+				return err
+			})
+			if err == nil {
+				t.Errorf("Write through a FIFO at %s succeeded", planted)
 			}
 		})
 	}
