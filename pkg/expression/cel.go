@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common"
+	celast "github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/ext"
 	"github.com/google/cel-go/interpreter"
 )
@@ -26,6 +28,7 @@ type celExpression struct {
 var celEnv = sync.OnceValues(func() (*cel.Env, error) {
 	return cel.NewEnv(
 		cel.Variable(ObjectVariable, cel.DynType),
+		cel.CustomTypeAdapter(&orderedAdapter{Adapter: types.DefaultTypeAdapter}),
 		cel.OptionalTypes(),
 		cel.CrossTypeNumericComparisons(true),
 		cel.DefaultUTCTimeZone(true),
@@ -39,7 +42,15 @@ var celEnv = sync.OnceValues(func() (*cel.Env, error) {
 	)
 })
 
-func compileCEL(expr string) (*celExpression, error) {
+func compileCEL(expr string) (c *celExpression, err error) {
+	// cel-go panics on some input while it plans, such as a bytes key in
+	// a constant map literal: that must reject the expression, not crash
+	// the caller (admission, or a collector reading a stored Profile).
+	defer func() {
+		if r := recover(); r != nil {
+			c, err = nil, fmt.Errorf("invalid CEL expression: %v", r)
+		}
+	}()
 	if strings.TrimSpace(expr) == "" {
 		return nil, errors.New("the CEL expression is empty")
 	}
@@ -50,6 +61,9 @@ func compileCEL(expr string) (*celExpression, error) {
 	ast, issues := env.Compile(expr)
 	if issues.Err() != nil {
 		return nil, celIssue(issues.Errors())
+	}
+	if err := noMessages(ast); err != nil {
+		return nil, err
 	}
 	cost, err := env.EstimateCost(ast, sizeEstimator{})
 	if err != nil {
@@ -68,6 +82,18 @@ func compileCEL(expr string) (*celExpression, error) {
 		return nil, fmt.Errorf("invalid CEL expression: %v", err)
 	}
 	return &celExpression{program: program}, nil
+}
+
+// noMessages rejects message construction (google.protobuf.Struct{...}):
+// cel-go builds messages without the adapter, so a Struct made of the
+// object's map would be walked in Go's random order, and an attribute gains
+// nothing from messages that a map does not give.
+func noMessages(ast *cel.Ast) error {
+	found := celast.MatchDescendants(celast.NavigateAST(ast.NativeRep()), celast.KindMatcher(celast.StructKind))
+	if len(found) == 0 {
+		return nil
+	}
+	return fmt.Errorf("invalid CEL expression: message construction (%s{...}) is not supported; use a map", found[0].AsStruct().TypeName())
 }
 
 // celIssue turns the first compile error into one line with its position.
@@ -99,7 +125,7 @@ func costFactor(cost uint64) string {
 }
 
 func (c *celExpression) evaluate(ctx context.Context, obj map[string]any) (any, bool, error) {
-	out, _, err := c.program.ContextEval(ctx, map[string]any{ObjectVariable: obj})
+	out, _, err := c.program.ContextEval(ctx, map[string]any{ObjectVariable: forEvaluation().NativeToValue(obj)})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, false, fmt.Errorf("CEL evaluation cancelled: %w", context.Cause(ctx))

@@ -12,11 +12,11 @@ import (
 	"github.com/google/cel-go/common/types/traits"
 )
 
-// maxDepth bounds the nesting of converted CEL values; objects stored by the
-// API server are far shallower.
+// maxDepth bounds the nesting of a value, converted from CEL or the
+// object's own; objects stored by the API server are far shallower.
 const maxDepth = 100
 
-var errTooDeep = fmt.Errorf("the CEL result is nested deeper than %d levels", maxDepth)
+var errTooDeep = fmt.Errorf("the value is nested deeper than %d levels", maxDepth)
 
 // toJSON converts a CEL result to a plain JSON value. An empty optional is
 // not found.
@@ -57,6 +57,13 @@ func convert(v ref.Val, depth int) (any, error) {
 		return val.Time.UTC().Format(time.RFC3339Nano), nil
 	case types.Duration:
 		return val.Duration.String(), nil
+	case *orderedMap:
+		if val.strings != nil {
+			return val.strings, nil // the object's own map
+		}
+		return convertMap(val, depth)
+	case *objectList:
+		return val.raw, nil // the object's own list
 	case traits.Mapper:
 		return convertMap(val, depth)
 	case traits.Lister:
@@ -93,6 +100,11 @@ func convertList(l traits.Lister, depth int) (any, error) {
 }
 
 func convertMap(m traits.Mapper, depth int) (any, error) {
+	if _, ok := m.(*orderedMap); !ok {
+		// A map a comprehension built: walked in order too, so that the
+		// error reported for it, when it holds several, is always the same.
+		m = &orderedMap{Mapper: m}
+	}
 	out := map[string]any{}
 	for it := m.Iterator(); it.HasNext() == types.True; {
 		key := it.Next()

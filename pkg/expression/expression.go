@@ -66,11 +66,12 @@ func (e *Expression) String() string { return e.path }
 // A JSONPath with [*], a slice, a union, a filter, recursive descent or a
 // range yields a []any even for a single match; other paths yield the value
 // itself. The matches of a JSONPath wildcard (.*) or recursive descent (..)
-// are sorted by their JSON encoding, since maps have no order; CEL iterates
-// maps in no particular order either, so expressions that list map entries
-// should sort them (.sort()) for the value to be stable. CEL results are converted to plain JSON values (string, bool,
-// int64, uint64, float64, nil, []any, map[string]any). JSONPath results may
-// share memory with obj. A value whose JSON encoding exceeds MaxValueBytes
+// are sorted by their JSON encoding, since maps have no order, and a path
+// that cannot be followed from one of them matches nothing; CEL
+// walks the object's maps and map literals in key order (orderedAdapter),
+// but not the maps transformMap builds. CEL results are converted to plain JSON values (string, bool,
+// int64, uint64, float64, nil, []any, map[string]any). Results may share
+// memory with obj. A value whose JSON encoding exceeds MaxValueBytes
 // is an error.
 //
 // CEL evaluation stops at RuntimeCostLimit and when ctx is done (checked
@@ -96,6 +97,16 @@ func (e *Expression) Evaluate(ctx context.Context, obj map[string]any) (value an
 var errValueTooLarge = fmt.Errorf("the value is larger than %d KiB of JSON", MaxValueBytes/1024)
 
 func checkSize(value any) error {
+	// A value far too large (a list of the object's largest map, eight
+	// times) is refused before it is encoded: encoding it whole took
+	// longer than evaluating it.
+	n, deep := jsonSizeAtLeast(value, MaxValueBytes+1, 0)
+	if n > MaxValueBytes {
+		return errValueTooLarge
+	}
+	if deep {
+		return errTooDeep
+	}
 	raw, err := json.Marshal(value)
 	if err != nil {
 		return fmt.Errorf("the value cannot be encoded as JSON: %w", err)
@@ -104,4 +115,50 @@ func checkSize(value any) error {
 		return errValueTooLarge
 	}
 	return nil
+}
+
+// jsonSizeAtLeast returns a lower bound of the size of v's JSON encoding,
+// and stops counting once it reaches limit. deep reports a value nested
+// deeper than maxDepth: the object's own maps and lists reach here without
+// conversion, and an item must stay decodable. Past maxDepth it counts a
+// value as one byte and goes on, so that a value both too large and too
+// deep is always found too large, whatever order its maps are walked in.
+func jsonSizeAtLeast(v any, limit, depth int) (n int, deep bool) {
+	if depth > maxDepth {
+		return 1, true
+	}
+	switch v := v.(type) {
+	case nil, bool:
+		return 4, false // null, true
+	case string:
+		return len(v) + 2, false
+	case map[string]any:
+		if len(v) == 0 {
+			return 2, false
+		}
+		n = 1 // {, then "key": and the value, each followed by , or }
+		for k, child := range v {
+			if n >= limit {
+				return n, deep
+			}
+			c, d := jsonSizeAtLeast(child, limit-n, depth+1)
+			n, deep = n+len(k)+4+c, deep || d
+		}
+		return n, deep
+	case []any:
+		if len(v) == 0 {
+			return 2, false
+		}
+		n = 1 // [, then each value followed by , or ]
+		for _, child := range v {
+			if n >= limit {
+				return n, deep
+			}
+			c, d := jsonSizeAtLeast(child, limit-n, depth+1)
+			n, deep = n+1+c, deep || d
+		}
+		return n, deep
+	default:
+		return 1, false // a number
+	}
 }

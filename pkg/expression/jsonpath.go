@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -25,6 +26,13 @@ type jsonPathExpression struct {
 	unordered bool
 }
 
+// errOutOfRange is an index out of range, which run reports as not found.
+var errOutOfRange = errors.New("index out of range")
+
+// outOfBounds is client-go's whole message for an index out of range:
+// other messages quote the object's values, which could hold these words.
+var outOfBounds = regexp.MustCompile(`^array index out of bounds: index -?\d+, length \d+$`)
+
 var errNoBraces = errors.New(`a JSONPath must be enclosed in braces, such as "{.spec.replicas}" (CEL expressions start with "cel:")`)
 
 func compileJSONPath(path string) (*jsonPathExpression, error) {
@@ -38,6 +46,9 @@ func compileJSONPath(path string) (*jsonPathExpression, error) {
 	if err := checkNoText(parser.Root); err != nil {
 		return nil, err
 	}
+	if err := checkStatic(parser.Root); err != nil {
+		return nil, err
+	}
 	j := &jsonPathExpression{
 		template:  path,
 		multi:     len(parser.Root.Nodes) > 1 || anyNode(parser.Root, selectsMany),
@@ -45,7 +56,7 @@ func compileJSONPath(path string) (*jsonPathExpression, error) {
 	}
 	// A dry run catches what the parser accepts but no evaluation can
 	// succeed with, such as an {end} without {range}.
-	if _, _, err := j.evaluate(map[string]any{}); err != nil {
+	if _, _, err := j.run(map[string]any{}, false); err != nil {
 		return nil, err
 	}
 	return j, nil
@@ -73,6 +84,10 @@ func anyNode(node jsonpath.Node, pred func(jsonpath.Node) bool) bool {
 	if pred(node) {
 		return true
 	}
+	return slices.ContainsFunc(childNodes(node), func(child jsonpath.Node) bool { return anyNode(child, pred) })
+}
+
+func childNodes(node jsonpath.Node) []jsonpath.Node {
 	var children []jsonpath.Node
 	switch n := node.(type) {
 	case *jsonpath.ListNode:
@@ -84,7 +99,34 @@ func anyNode(node jsonpath.Node, pred func(jsonpath.Node) bool) bool {
 	case *jsonpath.FilterNode:
 		children = []jsonpath.Node{n.Left, n.Right}
 	}
-	return slices.ContainsFunc(children, func(child jsonpath.Node) bool { return anyNode(child, pred) })
+	return children
+}
+
+// checkStatic rejects what fails on any data but only once data reaches it,
+// which the dry run on {} cannot show: an unquoted literal in a filter, a
+// step of 0, a start after the end. Under a wildcard such a failure would
+// read as matching nothing (run), on every object.
+func checkStatic(node jsonpath.Node) error {
+	switch n := node.(type) {
+	case *jsonpath.IdentifierNode:
+		if n.Name != "range" && n.Name != "end" {
+			return fmt.Errorf("invalid JSONPath: unrecognized identifier %s (quote a string literal: \"%s\")", n.Name, n.Name)
+		}
+	case *jsonpath.ArrayNode:
+		start, end, step := n.Params[0], n.Params[1], n.Params[2]
+		if step.Known && step.Value <= 0 {
+			return fmt.Errorf("invalid JSONPath: the step of a slice must be greater than 0")
+		}
+		if start.Known && end.Known && !end.Derived && start.Value >= 0 && end.Value >= 0 && start.Value > end.Value {
+			return fmt.Errorf("invalid JSONPath: the slice starts at %d, after its end %d", start.Value, end.Value)
+		}
+	}
+	for _, child := range childNodes(node) {
+		if err := checkStatic(child); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // selectsMany reports whether a node can select more than one value.
@@ -131,11 +173,25 @@ func isSingleIndex(n *jsonpath.ArrayNode) bool {
 }
 
 func (j *jsonPathExpression) evaluate(obj map[string]any) (value any, found bool, err error) {
+	return j.run(obj, j.unordered)
+}
+
+// run evaluates the template. An index out of range is not found. With
+// unordered, so is any other failure: the evaluator stops at the first
+// value the rest of the path cannot follow, an index out of range or a
+// value of another type, and which one comes first depends on the map's
+// order, so only one outcome for all of them is stable. A wildcard that
+// reaches values of several shapes matches nothing rather than failing
+// the object, as a missing key does.
+func (j *jsonPathExpression) run(obj map[string]any, unordered bool) (value any, found bool, err error) {
 	// The evaluator walks arbitrary data by reflection; a panic in it must
 	// fail this evaluation, not the server.
 	defer func() {
 		if r := recover(); r != nil {
 			value, found, err = nil, false, fmt.Errorf("JSONPath evaluation failed: %v", r)
+		}
+		if errors.Is(err, errOutOfRange) || (err != nil && unordered) {
+			value, found, err = nil, false, nil
 		}
 	}()
 	jp := jsonpath.New("path").AllowMissingKeys(true)
@@ -144,8 +200,8 @@ func (j *jsonPathExpression) evaluate(obj map[string]any) (value any, found bool
 	}
 	results, err := jp.FindResults(obj)
 	if err != nil {
-		if strings.Contains(err.Error(), "index out of bounds") {
-			return nil, false, nil
+		if outOfBounds.MatchString(err.Error()) {
+			return nil, false, errOutOfRange
 		}
 		return nil, false, fmt.Errorf("JSONPath evaluation failed: %v", err)
 	}

@@ -351,6 +351,15 @@ func TestHash(t *testing.T) {
 	if Hash(src, Content{Attributes: map[string]kollect.Value{"a": {}}}) != Hash(src, Content{Attributes: map[string]kollect.Value{"a": {Raw: []byte("null")}}}) {
 		t.Error("an empty value and null must hash alike: storage turns one into the other")
 	}
+	// Invalid raw JSON, which extraction never makes, still hashes by
+	// content: it used to hash the encoder's error text, one hash for all.
+	one, two := Hash(src, content(map[string]string{"a": `{"x":`})), Hash(src, content(map[string]string{"a": `{"y":`}))
+	if one == two || len(one) != 64 || one != Hash(src, content(map[string]string{"a": `{"x":`})) {
+		t.Errorf("invalid JSON hashes %s and %s", one, two)
+	}
+	if Hash(src, content(map[string]string{"a": ``, "b": `{"x":`})) != Hash(src, content(map[string]string{"a": `null`, "b": `{"x":`})) {
+		t.Error("an empty value and null must hash alike beside invalid JSON too")
+	}
 }
 
 func TestItemName(t *testing.T) {

@@ -2,8 +2,12 @@ package extract
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"hash"
+	"maps"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -53,13 +57,32 @@ func Hash(source kollect.ItemSource, c Content) string {
 		in.Object = rawOrNull(c.Object.Raw)
 	}
 	data, err := json.Marshal(in)
-	if err != nil {
-		// Only invalid raw JSON fails, and extraction never produces it;
-		// hash its bytes anyway so that the result still tracks the content.
-		data = []byte(err.Error())
+	if err == nil {
+		sum := sha256.Sum256(data)
+		return hex.EncodeToString(sum[:])
 	}
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])
+	// Only invalid raw JSON fails, and extraction never produces it; hash
+	// the raw bytes anyway, so that the result still tracks the content
+	// (the error's text would give every such item one hash).
+	h := sha256.New()
+	in.Attributes, in.Object = nil, nil
+	identity, _ := json.Marshal(in)
+	writeField(h, identity)
+	for _, k := range slices.Sorted(maps.Keys(c.Attributes)) {
+		writeField(h, []byte(k))
+		writeField(h, rawOrNull(c.Attributes[k].Raw))
+	}
+	if c.Object != nil {
+		writeField(h, rawOrNull(c.Object.Raw))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// writeField writes b with its length first, so that fields cannot run
+// into one another.
+func writeField(h hash.Hash, b []byte) {
+	h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(b))))
+	h.Write(b)
 }
 
 func rawOrNull(raw []byte) json.RawMessage {
