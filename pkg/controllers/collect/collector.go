@@ -1122,7 +1122,8 @@ func (c *Collector) setFailure(t *target, objKey string, err error) {
 	c.mu.Lock()
 	changed := false
 	if err != nil {
-		msg := err.Error()
+		// Kept for every failing object: cut as status shows it.
+		msg := shorten(err.Error(), maxLastError)
 		changed = t.failed[objKey] != msg
 		t.failed[objKey], t.lastError = msg, msg
 	} else if _, ok := t.failed[objKey]; ok {

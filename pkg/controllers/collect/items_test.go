@@ -2,10 +2,13 @@ package collect
 
 import (
 	"encoding/hex"
+	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/controllers/extract"
@@ -75,5 +78,24 @@ func TestTargetOfLabel(t *testing.T) {
 		case tc.want != nil && (got == nil || got.key != *tc.want):
 			t.Errorf("%v %s/%s: %v, want %v", tc.cluster, tc.ns, tc.label, got, *tc.want)
 		}
+	}
+}
+
+// TestLastErrorShortened: an extraction error can quote the object, and a
+// lastError over validation's limit would make every status write of the
+// target fail; it is cut, on a character boundary.
+func TestLastErrorShortened(t *testing.T) {
+	c := &Collector{state: map[targetKey]*target{}}
+	tg := c.stateLocked(targetKey{Namespace: "ns", Name: "web"})
+	tg.lastError = strings.Repeat("é", 5000)
+	obs, _ := c.observationLocked(tg)
+	if len(obs.LastError) > maxLastError || !utf8.ValidString(obs.LastError) || !strings.HasPrefix(tg.lastError, obs.LastError) || len(obs.LastError) < maxLastError-1 {
+		t.Errorf("lastError of %d bytes, valid UTF-8 %v", len(obs.LastError), utf8.ValidString(obs.LastError))
+	}
+	c.statusQueue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[targetKey]())
+	defer c.statusQueue.ShutDown()
+	c.setFailure(tg, "ns/cm", errors.New(strings.Repeat("x", 100_000)))
+	if n := len(tg.failed["ns/cm"]); n != maxLastError {
+		t.Errorf("a failure is kept with %d bytes of message", n)
 	}
 }

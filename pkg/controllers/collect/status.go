@@ -24,6 +24,19 @@ var scheme = clientgoscheme.Scheme
 // maxEventNote is the longest note of an events.k8s.io Event (1 KiB).
 const maxEventNote = 1000
 
+// maxLastError bounds status.collection.lastError. An error can quote the
+// object (an expression that prints a map), and one over validation's
+// 4,096 bytes would make every status write of the target fail.
+const maxLastError = 1024
+
+// shorten cuts s to at most n bytes, on a character boundary.
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}
+
 // reportable says whether the collector has something to say about a
 // target: before its first walk the derived Pending says it all.
 func (c *Collector) reportableLocked(t *target) bool {
@@ -58,6 +71,7 @@ func (c *Collector) observationLocked(t *target) (*v1alpha1.CollectionObservatio
 	if obs.Reason == "" && t.partial != nil {
 		obs.Reason, obs.LastError = t.partial.Reason, t.partial.Message
 	}
+	obs.LastError = shorten(obs.LastError, maxLastError)
 	var namespaces []string
 	if t.key.Cluster {
 		namespaces = c.matchedNamespaces(t.cfg)
@@ -187,9 +201,7 @@ func (c *Collector) warn(key targetKey, reason, note string) {
 	if err != nil || v == nil {
 		return
 	}
-	if len(note) > maxEventNote {
-		note = strings.ToValidUTF8(note[:maxEventNote], "")
-	}
+	note = shorten(note, maxEventNote)
 	ref := &corev1.ObjectReference{
 		APIVersion:      v1alpha1.SchemeGroupVersion.String(),
 		Kind:            key.kind(),
