@@ -1007,7 +1007,7 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) (err error) {
 		}
 	}
 	isNew := !had || oldName != name
-	if isNew && !c.reserve(t) {
+	if isNew && !c.reserve(t, objKey) {
 		c.setOverQuota(t, objKey, overCount)
 		return nil
 	}
@@ -1027,7 +1027,7 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) (err error) {
 	delete(t.inflight, name)
 	if err != nil {
 		if isNew {
-			c.commitLocked(t)
+			c.releaseLocked(t)
 		}
 		c.mu.Unlock()
 		return err
@@ -1038,7 +1038,10 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) (err error) {
 		c.setOverQuotaLocked(t, objKey, 0)
 		t.lastChange = time.Now()
 	}
-	if isNew {
+	switch {
+	case isNew && gone:
+		c.releaseLocked(t)
+	case isNew:
 		c.commitLocked(t)
 	}
 	c.mu.Unlock()

@@ -24,8 +24,10 @@ import (
 // status.collection.overQuotaCount and make the target Degraded,
 // QuotaExceeded, with a message naming the limit; nothing is dropped
 // silently. Waiting objects are tried again when an item of the namespace
-// is deleted (as many as places freed), when the quota changes, and at
-// every full walk: at the latest one resync period after room frees.
+// is deleted or a place taken is given back unwritten (as many as places
+// freed; an object stops waiting once it holds a place), when the quota
+// changes, and at every full walk: at the latest one resync period after
+// room frees.
 // Lowering a quota deletes nothing: items above it stay until their
 // objects go.
 //
@@ -101,21 +103,38 @@ func (c *Collector) hasRoomLocked(t *target) bool {
 }
 
 // reserve takes a place for a new item of t: false when the quota is full.
-// A place taken is given back by commit.
-func (c *Collector) reserve(t *target) bool {
+// The object stops waiting as it takes the place, so that a place freed
+// while it writes wakes another. A place taken is given back by
+// commitLocked once the item is indexed, or by releaseLocked.
+func (c *Collector) reserve(t *target, objKey string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.hasRoomLocked(t) {
 		return false
 	}
 	c.usageLocked(t.key.quotaScope()).pending++
+	if c.setOverQuotaLocked(t, objKey, 0) {
+		c.statusQueue.AddAfter(t.key, statusDelay)
+	}
 	return true
 }
 
-// commitLocked gives back a place reserve took, once its item is indexed
-// (and so counted) or not written after all.
+// commitLocked gives back a place reserve took once its item is indexed,
+// and so counted.
 func (c *Collector) commitLocked(t *target) {
 	c.usageLocked(t.key.quotaScope()).pending--
+}
+
+// releaseLocked gives back a place reserve took for an item not written
+// after all: the place is free again, for whoever waits. The object that
+// took it retries on its own, competing with them.
+func (c *Collector) releaseLocked(t *target) {
+	scope := t.key.quotaScope()
+	u := c.usageLocked(scope)
+	u.pending--
+	if u.waiting > 0 {
+		c.wakeWaitingLocked(scope, u)
+	}
 }
 
 // countItemLocked follows the index: delta items added (+) or removed (-).
