@@ -42,6 +42,15 @@ var celEnv = sync.OnceValues(func() (*cel.Env, error) {
 	)
 })
 
+// callGuardOf holds the bindings guardedCall runs, read from celEnv once.
+var callGuardOf = sync.OnceValues(func() (*callGuard, error) {
+	env, err := celEnv()
+	if err != nil {
+		return nil, err
+	}
+	return newCallGuard(env)
+})
+
 func compileCEL(expr string) (c *celExpression, err error) {
 	// cel-go panics on some input while it plans, such as a bytes key in
 	// a constant map literal: that must reject the expression, not crash
@@ -73,8 +82,14 @@ func compileCEL(expr string) (c *celExpression, err error) {
 		return nil, fmt.Errorf("the CEL expression is too expensive: its estimated cost exceeds the budget by a factor of %s (avoid nested loops over lists of the object)",
 			costFactor(cost.Max))
 	}
+	guard, err := callGuardOf()
+	if err != nil {
+		return nil, fmt.Errorf("the CEL environment is broken: %v", err)
+	}
 	program, err := env.Program(ast,
 		cel.CostLimit(RuntimeCostLimit),
+		cel.CostTracking(workCost{}),
+		cel.CustomDecorator(guard.decorate),
 		cel.InterruptCheckFrequency(100),
 		cel.EvalOptions(cel.OptOptimize),
 	)

@@ -75,7 +75,8 @@ func (e *Expression) String() string { return e.path }
 // is an error.
 //
 // CEL evaluation stops at RuntimeCostLimit and when ctx is done (checked
-// every 100 comprehension iterations). Callers should set a deadline: with
+// every 100 comprehension iterations); a call that would walk or make
+// more than MaxCallWork is refused before it runs (guard.go). Callers should set a deadline: with
 // cost tracking, cel-go v0.26 spends time quadratic in the iterations of a
 // comprehension, so a loop over a list of 100,000 items can take seconds.
 func (e *Expression) Evaluate(ctx context.Context, obj map[string]any) (value any, found bool, err error) {

@@ -26,6 +26,15 @@ var seedPaths = []string{
 	"cel:object.spec.containers.map(a, object.spec.containers.map(b, 1))",
 	"cel:object.map(k, k)",
 	"cel:object.metadata.all(k, v, v != '')",
+	"cel:object.spec.containers.map(c, c.name).join(',')",
+	"cel:'%s'.format([object.metadata])",
+	"cel:object.metadata.name.split('e')",
+	"cel:object.metadata.name.replace('', '-')",
+	"cel:object.spec.containers != object.spec.containers",
+	"cel:'web' in object.metadata.labels",
+	"cel:object.spec.containers + [1]",
+	"cel:[[1], [2]].flatten()",
+	"cel:sets.contains(object.spec.containers, [1])",
 	"{.metadata.*}",
 	"cel:",
 	"{",
@@ -88,11 +97,21 @@ func evaluate(t *testing.T, expr *Expression, obj map[string]any) {
 	if strings.Contains(expr.String(), "transformMap") {
 		return
 	}
+	// The guard on calls (guard.go) changes nothing but what it refuses.
+	if strings.HasPrefix(expr.String(), CELPrefix) && first != "cancelled" && !refusedForWork(first) {
+		if plain := outcome(t, unguarded(t, expr.String()), obj); plain != first && plain != "cancelled" && !refusedForWork(plain) {
+			t.Fatalf("%q: %s; without the guard %s", expr, first, plain)
+		}
+	}
 	for range 2 {
 		if again := outcome(t, expr, obj); again != first {
 			t.Fatalf("%q: evaluated again, %s; first %s", expr, again, first)
 		}
 	}
+}
+
+func refusedForWork(outcome string) bool {
+	return strings.Contains(outcome, "would walk or make") || strings.Contains(outcome, "runtime cost limit")
 }
 
 func outcome(t *testing.T, expr *Expression, obj map[string]any) string {

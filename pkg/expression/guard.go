@@ -1,0 +1,468 @@
+package expression
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/functions"
+	"github.com/google/cel-go/common/operators"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
+	"github.com/google/cel-go/interpreter"
+)
+
+// Work limits of single CEL calls.
+//
+// cel-go charges a call that walks its arguments (join, format, ==, in,
+// flatten, …) one unit however large they are, and the object does not
+// bound them: a value used twice is counted twice. [object.s, object.s, …]
+// costs one list to build and joins into hundreds of copies of object.s;
+// lists.range(1000).map(i, object.s) builds a thousand. One such call is
+// never interrupted, so gigabytes were allocated, or the server ran out of
+// memory, before any limit applied. And replace('', s) and split make more
+// than they read.
+//
+// So each of these calls first measures what it would walk or make, its
+// work, counting every use of a value (workOf), and is refused past
+// MaxCallWork; and it is charged work/10 of the runtime cost, as cel-go
+// charges a string walk, so that an evaluation walks or makes about ten
+// megabytes before RuntimeCostLimit stops it.
+
+// MaxCallWork bounds the work of one CEL call: roughly bytes of strings
+// plus one per list item, map entry or scalar, for everything it walks or
+// makes. Twice the largest object, so a call over the whole object passes.
+const MaxCallWork = 2 * MaxObjectBytes
+
+// workOf gives, by function name, how much a guarded call walks or makes,
+// measured no further than limit. Functions not listed cost what cel-go
+// charges: their work is bounded by the size of a value, which these
+// calls bound in turn (string concatenation is charged by cel-go).
+var workOf = map[string]func(args []ref.Val, limit int64) int64{
+	operators.Equals:    equalityWork,
+	operators.NotEquals: equalityWork,
+	operators.In:        inWork,
+	"in":                inWork, // the deprecated spellings of @in
+	operators.OldIn:     inWork,
+	operators.Add:       addWork,
+	"join":              joinWork,
+	"format":            argsWork,
+	"flatten":           argsWork,
+	"reverse":           argsWork,
+	"slice":             argsWork,
+	"upperAscii":        argsWork,
+	"lowerAscii":        argsWork,
+	"trim":              argsWork,
+	"substring":         argsWork,
+	"charAt":            argsWork,
+	"indexOf":           argsWork,
+	"lastIndexOf":       argsWork,
+	"strings.quote":     quoteWork,
+	"base64.encode":     encodeWork,
+	"base64.decode":     argsWork,
+	"replace":           replaceWork,
+	"split":             splitWork,
+	"lists.range":       rangeWork,
+	"distinct":          distinctWork,
+	"sort":              sortWork,
+	sortByKeys:          sortWork,
+	"sets.contains":     setsWork,
+	"sets.equivalent":   setsEquivalentWork,
+	"sets.intersects":   setsWork,
+	"math.@max":         argsWork,
+	"math.@min":         argsWork,
+}
+
+// sortByKeys is the function the sortBy macro calls.
+const sortByKeys = "@sortByAssociatedKeys"
+
+// sizeOf is the work of walking v, counting a value as often as it is
+// used, stopped once past limit.
+func sizeOf(v ref.Val, limit int64) int64 {
+	switch v := v.(type) {
+	case types.String:
+		return int64(len(v)) + 1
+	case types.Bytes:
+		return int64(len(v)) + 1
+	case *orderedMap:
+		if v.strings != nil {
+			return nativeSize(v.strings, limit)
+		}
+	case *objectList:
+		return nativeSize(v.raw, limit)
+	}
+	n := int64(1)
+	switch v := v.(type) {
+	case traits.Mapper:
+		for it := v.Iterator(); it.HasNext() == types.True && n <= limit; {
+			k := it.Next()
+			n += sizeOf(k, limit-n)
+			if value, found := v.Find(k); found {
+				n += sizeOf(value, limit-n)
+			}
+		}
+	case traits.Lister:
+		for it := v.Iterator(); it.HasNext() == types.True && n <= limit; {
+			n += sizeOf(it.Next(), limit-n)
+		}
+	}
+	return n
+}
+
+// nativeSize is sizeOf for the object's own values, walked as they are.
+func nativeSize(v any, limit int64) int64 {
+	switch v := v.(type) {
+	case string:
+		return int64(len(v)) + 1
+	case map[string]any:
+		n := int64(1)
+		for k, child := range v {
+			if n > limit {
+				break
+			}
+			n += int64(len(k)) + 1 + nativeSize(child, limit-n)
+		}
+		return n
+	case []any:
+		n := int64(1)
+		for _, child := range v {
+			if n > limit {
+				break
+			}
+			n += nativeSize(child, limit-n)
+		}
+		return n
+	default:
+		return 1
+	}
+}
+
+func argsWork(args []ref.Val, limit int64) int64 {
+	var n int64
+	for _, a := range args {
+		if n > limit {
+			break
+		}
+		n += sizeOf(a, limit-n)
+	}
+	return n
+}
+
+// equalityWork: == stops at the smaller side. Both measures stop at the
+// same point whatever order maps are walked in, so the charge is the same
+// at every evaluation.
+func equalityWork(args []ref.Val, limit int64) int64 {
+	a := sizeOf(args[0], limit)
+	return min(a, sizeOf(args[1], min(a, limit)))
+}
+
+// inWork: x in list compares x with every item; x in map looks it up.
+func inWork(args []ref.Val, limit int64) int64 {
+	if _, ok := args[1].(traits.Lister); ok {
+		return sizeOf(args[1], limit) + sizeOf(args[0], limit)
+	}
+	return sizeOf(args[0], limit)
+}
+
+// addWork: what + copies. A comprehension's result list grows in place
+// by the item added; other lists are concatenated whole (concatenation).
+func addWork(args []ref.Val, _ int64) int64 {
+	if _, ok := args[0].(traits.MutableLister); ok {
+		return length(args[1])
+	}
+	return add(length(args[0]), length(args[1]))
+}
+
+// length is the shallow size of a value: its bytes or its items.
+func length(v ref.Val) int64 {
+	switch v := v.(type) {
+	case types.String:
+		return int64(len(v))
+	case types.Bytes:
+		return int64(len(v))
+	case traits.Lister:
+		return int64(v.Size().(types.Int))
+	}
+	return 1
+}
+
+// concatenation copies two lists into one. cel-go's list + list is a
+// view of both, and a view of views is slow to walk: every item read
+// goes down the chain and back, so l + l + … (twenty times) took seconds
+// and gigabytes to join, in one call nothing interrupts. The copy costs
+// its length, which + is charged.
+func concatenation(a, b ref.Val) (ref.Val, bool) {
+	la, ok1 := a.(traits.Lister)
+	lb, ok2 := b.(traits.Lister)
+	if _, mutable := a.(traits.MutableLister); !ok1 || !ok2 || mutable {
+		return nil, false
+	}
+	items := make([]ref.Val, 0, int(la.Size().(types.Int))+int(lb.Size().(types.Int)))
+	for _, l := range []traits.Lister{la, lb} {
+		for it := l.Iterator(); it.HasNext() == types.True; {
+			items = append(items, it.Next())
+		}
+	}
+	return types.NewRefValList(types.DefaultTypeAdapter, items), true
+}
+
+// joinWork: the joined string, separators included.
+func joinWork(args []ref.Val, limit int64) int64 {
+	n := sizeOf(args[0], limit)
+	if len(args) > 1 {
+		if l, ok := args[0].(traits.Lister); ok {
+			n = add(n, mul(int64(l.Size().(types.Int)), sizeOf(args[1], limit)))
+		}
+	}
+	return n
+}
+
+// quoteWork: an escape can be six times the byte it stands for.
+func quoteWork(args []ref.Val, limit int64) int64 {
+	return mul(argsWork(args, limit), 6)
+}
+
+// encodeWork: base64 makes four bytes of three.
+func encodeWork(args []ref.Val, limit int64) int64 {
+	return mul(argsWork(args, limit), 2)
+}
+
+// replaceWork: the string made, each replacement counted. An empty old
+// string matches between every character.
+func replaceWork(args []ref.Val, limit int64) int64 {
+	s, ok1 := args[0].(types.String)
+	old, ok2 := args[1].(types.String)
+	repl, ok3 := args[2].(types.String)
+	if !ok1 || !ok2 || !ok3 {
+		return argsWork(args, limit)
+	}
+	count := int64(utf8.RuneCountInString(string(s))) + 1
+	if old != "" {
+		count = int64(strings.Count(string(s), string(old)))
+	}
+	if len(args) > 3 {
+		if n, ok := args[3].(types.Int); ok && n >= 0 {
+			count = min(count, int64(n))
+		}
+	}
+	return add(int64(len(s)), mul(count, int64(len(repl))))
+}
+
+// splitWork: the string read, and a value for each part made (a part
+// per character when the separator is empty) or allocated.
+func splitWork(args []ref.Val, limit int64) int64 {
+	s, ok1 := args[0].(types.String)
+	sep, ok2 := args[1].(types.String)
+	if !ok1 || !ok2 {
+		return argsWork(args, limit)
+	}
+	parts := int64(utf8.RuneCountInString(string(s)))
+	if sep != "" {
+		parts = int64(strings.Count(string(s), string(sep))) + 1
+	}
+	if len(args) > 2 {
+		// Go's SplitN allocates its limit (up to a part per byte) first.
+		if n, ok := args[2].(types.Int); ok && n >= 0 {
+			parts = min(int64(n), int64(len(s))+1)
+		}
+	}
+	return add(int64(len(s)), mul(parts, 16))
+}
+
+// rangeWork: lists.range(n) makes n values.
+func rangeWork(args []ref.Val, _ int64) int64 {
+	if n, ok := args[0].(types.Int); ok && n > 0 {
+		return mul(int64(n), 8)
+	}
+	return 1
+}
+
+// distinctWork: distinct compares each item with those kept before it.
+func distinctWork(args []ref.Val, limit int64) int64 {
+	l, ok := args[0].(traits.Lister)
+	if !ok {
+		return 1
+	}
+	n := sizeOf(l, limit)
+	if n > limit {
+		return n
+	}
+	return mul(int64(l.Size().(types.Int)), n) / 2
+}
+
+// sortWork: n log n comparisons of items.
+func sortWork(args []ref.Val, limit int64) int64 {
+	n := sizeOf(args[0], limit)
+	l, ok := args[0].(traits.Lister)
+	if !ok {
+		return n
+	}
+	return mul(n, int64(bits.Len64(uint64(l.Size().(types.Int)))))
+}
+
+// setsWork: each item of one list is looked for in the other by
+// comparison; the cheaper direction bounds what the call does.
+func setsWork(args []ref.Val, limit int64) int64 {
+	a, ok1 := args[0].(traits.Lister)
+	b, ok2 := args[1].(traits.Lister)
+	if !ok1 || !ok2 {
+		return argsWork(args, limit)
+	}
+	sizeA, sizeB := sizeOf(a, limit), sizeOf(b, limit)
+	return min(mul(int64(b.Size().(types.Int)), sizeA), mul(int64(a.Size().(types.Int)), sizeB))
+}
+
+// setsEquivalentWork: contains both ways.
+func setsEquivalentWork(args []ref.Val, limit int64) int64 {
+	return mul(setsWork(args, limit), 2)
+}
+
+func add(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func mul(a, b int64) int64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	if a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
+// callGuard is a decorator: it wraps the calls of workOf's functions in
+// guardedCall. cel-go offers no hook before a call runs, and some of them
+// are not bindings one could declare again (==, !=, in, sort are planned
+// as operators or bound once for all overloads), so the wrapper calls the
+// implementation the planner would.
+type callGuard struct {
+	// impls holds the bindings by overload ID and by function name (a
+	// function's dynamic dispatch or its single binding), where the planner
+	// looks for them.
+	impls map[string]*functions.Overload
+}
+
+func newCallGuard(env *cel.Env) (*callGuard, error) {
+	g := &callGuard{impls: map[string]*functions.Overload{}}
+	for name, decl := range env.Functions() {
+		if _, ok := workOf[name]; !ok {
+			continue
+		}
+		bindings, err := decl.Bindings()
+		if err != nil {
+			return nil, err
+		}
+		for _, b := range bindings {
+			g.impls[b.Operator] = b
+		}
+	}
+	return g, nil
+}
+
+func (g *callGuard) decorate(i interpreter.Interpretable) (interpreter.Interpretable, error) {
+	call, ok := i.(interpreter.InterpretableCall)
+	if !ok || len(call.Args()) == 0 {
+		return i, nil
+	}
+	work, ok := workOf[call.Function()]
+	if !ok {
+		return i, nil
+	}
+	guarded := &guardedCall{InterpretableCall: call, work: work}
+	switch call.Function() {
+	case operators.Equals, operators.NotEquals:
+		return guarded, nil
+	}
+	if guarded.impl = g.impls[call.OverloadID()]; guarded.impl == nil {
+		guarded.impl = g.impls[call.Function()]
+	}
+	if guarded.impl == nil {
+		// Unguarded, it could run away: refuse the expression instead.
+		return nil, fmt.Errorf("no implementation of %s to guard", call.Function())
+	}
+	return guarded, nil
+}
+
+// guardedCall evaluates a call as cel-go does, once its work is measured.
+type guardedCall struct {
+	interpreter.InterpretableCall
+	work func([]ref.Val, int64) int64
+	// impl is nil for == and !=.
+	impl *functions.Overload
+}
+
+func (c *guardedCall) Eval(act interpreter.Activation) ref.Val {
+	args := c.Args()
+	vals := make([]ref.Val, len(args))
+	for i, arg := range args {
+		vals[i] = arg.Eval(act)
+		if types.IsUnknownOrError(vals[i]) {
+			return vals[i]
+		}
+	}
+	if c.work(vals, MaxCallWork) > MaxCallWork {
+		return types.NewErrWithNodeID(c.ID(), "%s would walk or make more than %d MiB (a value used several times counts each time)",
+			c.Function(), MaxCallWork>>20)
+	}
+	return types.LabelErrNode(c.ID(), c.invoke(vals))
+}
+
+func (c *guardedCall) invoke(args []ref.Val) ref.Val {
+	if c.impl == nil {
+		equal := types.Equal(args[0], args[1])
+		if c.Function() == operators.NotEquals {
+			return types.Bool(equal != types.True)
+		}
+		return equal
+	}
+	if c.Function() == operators.Add {
+		if joined, ok := concatenation(args[0], args[1]); ok {
+			return joined
+		}
+	}
+	if c.impl.OperandTrait == 0 || args[0].Type().HasTrait(c.impl.OperandTrait) {
+		switch {
+		case len(args) == 1 && c.impl.Unary != nil:
+			return c.impl.Unary(args[0])
+		case len(args) == 2 && c.impl.Binary != nil:
+			return c.impl.Binary(args[0], args[1])
+		case c.impl.Function != nil:
+			return c.impl.Function(args...)
+		}
+	}
+	if args[0].Type().HasTrait(traits.ReceiverType) {
+		return args[0].(traits.Receiver).Receive(c.Function(), c.OverloadID(), args[1:])
+	}
+	return types.NewErrWithNodeID(c.ID(), "no such overload: %s", c.Function())
+}
+
+// workCost charges guarded calls their work at runtime.
+type workCost struct{}
+
+var _ interpreter.ActualCostEstimator = workCost{}
+
+func (workCost) CallCost(function, _ string, args []ref.Val, result ref.Val) *uint64 {
+	work, ok := workOf[function]
+	if !ok || len(args) == 0 {
+		return nil
+	}
+	if types.IsError(result) {
+		// Refused (guardedCall) or failed: what it did is charged as one
+		// step, so the error says why.
+		one := uint64(1)
+		return &one
+	}
+	// What it made counts too: the arguments of lists.range or split do
+	// not say how much that is.
+	w := add(work(args, MaxCallWork), min(sizeOf(result, MaxCallWork), MaxCallWork))
+	cost := uint64(w/10) + 1
+	return &cost
+}

@@ -1,0 +1,135 @@
+package expression
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/cel-go/cel"
+)
+
+// times writes e n times, separated by sep.
+func times(e string, n int, sep string) string {
+	return strings.TrimSuffix(strings.Repeat(e+sep, n), sep)
+}
+
+// bigObject is an object near the API server's request limit: a map of
+// 100,000 keys, a list of 100,000 strings, strings of 2 MiB and 1 MiB.
+func bigObject() map[string]any {
+	m := make(map[string]any, 100_000)
+	l := make([]any, 100_000)
+	for i := range 100_000 {
+		m["k"+strconv.Itoa(i)] = "v"
+		l[i] = "x"
+	}
+	return map[string]any{"m": m, "l": l, "s": strings.Repeat("b", 2<<20), "a": strings.Repeat("a", 1<<20)}
+}
+
+// TestCallsAreBoundedByTheirWork: a call that walks or makes far more than
+// the object, because the expression uses a value many times or asks for
+// a string that grows with the square of its input, is refused before it
+// runs, and the runtime cost charges what calls walk. Each of these took
+// seconds and gigabytes, or ended the process out of memory, when cel-go
+// charged them one unit. The measure is memory, not time: whatever the
+// machine, an evaluation allocates a bounded amount.
+func TestCallsAreBoundedByTheirWork(t *testing.T) {
+	obj := bigObject()
+	const allowed = 256 << 20
+	for _, path := range []string{
+		"cel:[" + times("object.s", 400, ", ") + "].join('').size()",
+		"cel:object.s.replace('', object.s).size()",
+		"cel:object.a.replace('a', object.a).size()",
+		"cel:object.s.split('').size()",
+		"cel:object.s.split('x', 1000000000).size()",
+		"cel:lists.range(1000).map(i, object.s).join('').size()",
+		"cel:[" + times("object.l", 300, ", ") + "].flatten().size()",
+		"cel:[" + times("object.s", 400, ", ") + "].map(x, x.upperAscii()).size()",
+		"cel:'%s'.format([[" + times("object.l", 400, ", ") + "]]).size()",
+		"cel:[" + times("object.m", 400, ", ") + "] == [" + times("object.m", 400, ", ") + "]",
+		"cel:[" + times("object.m", 400, ", ") + "] != [" + times("object.m", 400, ", ") + "]",
+		"cel:object.m in [" + times("object.m", 400, ", ") + "]",
+		"cel:lists.range(100).map(i, object.l).flatten().size()",
+		"cel:(" + times("object.l", 20, " + ") + ").join('').size()",
+		"cel:lists.range(400).map(i, object.s).map(s, strings.quote(s)).size()",
+		"cel:lists.range(400).map(i, object.a).map(s, base64.encode(bytes(s))).size()",
+		"cel:lists.range(60).map(i, object.l).distinct().size()",
+		"cel:sets.equivalent(lists.range(60).map(i, object.l), lists.range(60).map(i, object.l))",
+	} {
+		expr, err := Compile(path)
+		if err != nil {
+			t.Errorf("%.80s: refused at compile (%v); the test wants it to run", path, err)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		value, _, err := expr.Evaluate(ctx, obj)
+		runtime.ReadMemStats(&after)
+		cancel()
+		if err == nil {
+			t.Errorf("%.80s: evaluated to %.80v; want it refused", path, value)
+		} else if !strings.Contains(err.Error(), "would walk or make more than 6 MiB") && !strings.Contains(err.Error(), "runtime cost limit") {
+			t.Errorf("%.80s: %v; want a refusal for its work", path, err)
+		}
+		if n := after.TotalAlloc - before.TotalAlloc; n > allowed {
+			t.Errorf("%.80s: allocated %d MiB, want at most %d", path, n>>20, allowed>>20)
+		}
+	}
+}
+
+// TestGuardedCallsMeanWhatTheyMeant: the guarded calls give what cel-go
+// gives without the guard, errors included.
+func TestGuardedCallsMeanWhatTheyMeant(t *testing.T) {
+	obj := map[string]any{"s": "a,b,c", "n": int64(2), "l": []any{"b", "a", "b"}, "m": map[string]any{"k": "v", "j": []any{int64(1)}}}
+	for _, path := range []string{
+		"cel:dyn(1) == 1.0", "cel:[1, 2] != [1, 3]", "cel:{'a': 1} == {'a': 1}", "cel:object.m == object.m",
+		"cel:object.l == ['b', 'a', 'b']", "cel:dyn(1) == 'a'", "cel:object.missing == 1", "cel:object.n != 2u",
+		"cel:'a' in object.l", "cel:'k' in object.m", "cel:'z' in ['x', 'y']", "cel:object.s in object.l", "cel:1 in object.m",
+		"cel:object.l.join('-')", "cel:object.l.join()", "cel:'%s/%d'.format([object.s, object.n])", "cel:'%d'.format([object.s])",
+		"cel:[object.l, [1]].flatten()", "cel:[[1, [2]]].flatten(2)", "cel:['b', 'a', 'b'].distinct()", "cel:['b', 'a'].sort()",
+		"cel:object.l.reverse()", "cel:object.s.reverse()", "cel:object.l.slice(1, 2)",
+		"cel:object.s.upperAscii()", "cel:object.s.lowerAscii()", "cel:' x '.trim()", "cel:object.s.substring(2)",
+		"cel:object.s.charAt(1)", "cel:object.s.indexOf(',')", "cel:object.s.lastIndexOf(',', 3)",
+		"cel:strings.quote(object.s)", "cel:base64.encode(bytes(object.s))", "cel:string(base64.decode('aGk='))",
+		"cel:object.s.replace(',', ';')", "cel:object.s.replace(',', ';', 1)", "cel:object.s.replace('', '-')",
+		"cel:object.s.split(',')", "cel:object.s.split(',', 2)", "cel:object.s.split('')", "cel:lists.range(3)",
+		"cel:sets.contains(object.l, ['a'])", "cel:sets.equivalent(object.l, ['a', 'b'])", "cel:sets.intersects(object.l, [1])",
+		"cel:math.greatest(object.m.j)", "cel:math.least([3, 1])", "cel:object.l.join(dyn(1))", "cel:object.n.join('')",
+		"cel:[[1], 2].sort()", "cel:object.l + ['z']", "cel:[] + object.l", "cel:object.l + []",
+		"cel:object.l.map(x, x + 'y')", "cel:object.s + object.s", "cel:b'a' + b'b'", "cel:object.n + 1", "cel:object.l + object.n",
+		"cel:(object.l + object.l).map(x, x) == object.l + object.l", "cel:['a'] + object.m.j + [object.m]", "cel:['a'].map(x, x in object.l)", "cel:object.s.split(object.n)",
+	} {
+		guarded, err := Compile(path)
+		if err != nil {
+			t.Errorf("%s: %v", path, err)
+			continue
+		}
+		want := outcome(t, unguarded(t, path), obj)
+		if got := outcome(t, guarded, obj); got != want {
+			t.Errorf("%s: %s; without the guard %s", path, got, want)
+		}
+	}
+}
+
+// unguarded compiles a CEL path as cel-go would run it without the
+// guard: no decorator, no work charged.
+func unguarded(t *testing.T, path string) *Expression {
+	t.Helper()
+	env, err := celEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ast, issues := env.Compile(strings.TrimPrefix(path, CELPrefix))
+	if issues.Err() != nil {
+		t.Fatalf("%s: %v", path, issues.Err())
+	}
+	program, err := env.Program(ast, cel.CostLimit(RuntimeCostLimit), cel.InterruptCheckFrequency(100), cel.EvalOptions(cel.OptOptimize))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return &Expression{path: path, cel: &celExpression{program: program}}
+}
