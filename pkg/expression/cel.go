@@ -67,11 +67,21 @@ func compileCEL(expr string) (c *celExpression, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("the CEL environment is broken: %v", err)
 	}
-	ast, issues := env.Compile(expr)
+	parsed, issues := env.Parse(expr)
+	if issues.Err() != nil {
+		return nil, celIssue(issues.Errors())
+	}
+	if n := len(celast.MatchDescendants(celast.NavigateAST(parsed.NativeRep()), everyNode)); n > maxNodes {
+		return nil, fmt.Errorf("invalid CEL expression: %d operations once its macros are expanded, at most %d", n, maxNodes)
+	}
+	ast, issues := env.Check(parsed)
 	if issues.Err() != nil {
 		return nil, celIssue(issues.Errors())
 	}
 	if err := noMessages(ast); err != nil {
+		return nil, err
+	}
+	if err := mapKeys(ast); err != nil {
 		return nil, err
 	}
 	cost, err := env.EstimateCost(ast, sizeEstimator{})
@@ -86,18 +96,27 @@ func compileCEL(expr string) (c *celExpression, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("the CEL environment is broken: %v", err)
 	}
+	// Not cel.OptOptimize: it compiles constant regular expressions
+	// whatever their size, and replaces the calls the guard wraps.
 	program, err := env.Program(ast,
 		cel.CostLimit(RuntimeCostLimit),
 		cel.CostTracking(workCost{}),
 		cel.CustomDecorator(guard.decorate),
 		cel.InterruptCheckFrequency(100),
-		cel.EvalOptions(cel.OptOptimize),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("invalid CEL expression: %v", err)
 	}
 	return &celExpression{program: program}, nil
 }
+
+// maxNodes bounds the expression once parsed. A macro copies its target
+// (optional.of(x).optMap(a, [a, a]) twice per step), and type-checking
+// takes time and memory quadratic in the nodes: eleven steps, 220
+// characters, took 9 GB.
+const maxNodes = 2000
+
+func everyNode(celast.NavigableExpr) bool { return true }
 
 // noMessages rejects message construction (google.protobuf.Struct{...}):
 // cel-go builds messages without the adapter, so a Struct made of the
@@ -109,6 +128,24 @@ func noMessages(ast *cel.Ast) error {
 		return nil
 	}
 	return fmt.Errorf("invalid CEL expression: message construction (%s{...}) is not supported; use a map", found[0].AsStruct().TypeName())
+}
+
+// mapKeys rejects map literals whose keys are known to be of a type CEL
+// maps do not take (bytes, double, a list): cel-go would fail to build
+// them at every evaluation. Keys typed dyn are checked as maps are built
+// (orderedAdapter).
+func mapKeys(ast *cel.Ast) error {
+	for _, m := range celast.MatchDescendants(celast.NavigateAST(ast.NativeRep()), celast.KindMatcher(celast.MapKind)) {
+		for _, entry := range m.AsMap().Entries() {
+			key := entry.AsMapEntry().Key()
+			switch t := ast.NativeRep().GetType(key.ID()); t.Kind() {
+			case types.BoolKind, types.IntKind, types.UintKind, types.StringKind, types.DynKind, types.AnyKind, types.TypeParamKind:
+			default:
+				return fmt.Errorf("invalid CEL expression: a map key of type %s: CEL map keys are bool, int, uint or string", t)
+			}
+		}
+	}
+	return nil
 }
 
 // celIssue turns the first compile error into one line with its position.
@@ -146,6 +183,12 @@ func (c *celExpression) evaluate(ctx context.Context, obj map[string]any) (any, 
 			return nil, false, fmt.Errorf("CEL evaluation cancelled: %w", context.Cause(ctx))
 		}
 		return nil, false, evalError(err)
+	}
+	// A result that uses a value many times is measured before it is
+	// converted: converting it whole took gigabytes. The measure is never
+	// more than its JSON encoding.
+	if sizeOf(out, MaxValueBytes) > MaxValueBytes {
+		return nil, false, errValueTooLarge
 	}
 	return toJSON(out)
 }

@@ -1,9 +1,13 @@
 package expression
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
+	"regexp"
+	"regexp/syntax"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -25,7 +29,8 @@ import (
 // lists.range(1000).map(i, object.s) builds a thousand. One such call is
 // never interrupted, so gigabytes were allocated, or the server ran out of
 // memory, before any limit applied. And replace('', s) and split make more
-// than they read.
+// than they read; indexOf and matches work in the product of their
+// arguments' sizes.
 //
 // So each of these calls first measures what it would walk or make, its
 // work, counting every use of a value (workOf), and is refused past
@@ -40,8 +45,8 @@ const MaxCallWork = 2 * MaxObjectBytes
 
 // workOf gives, by function name, how much a guarded call walks or makes,
 // measured no further than limit. Functions not listed cost what cel-go
-// charges: their work is bounded by the size of a value, which these
-// calls bound in turn (string concatenation is charged by cel-go).
+// charges: their work is bounded by the size of one value, which these
+// calls bound in turn.
 var workOf = map[string]func(args []ref.Val, limit int64) int64{
 	operators.Equals:    equalityWork,
 	operators.NotEquals: equalityWork,
@@ -50,7 +55,8 @@ var workOf = map[string]func(args []ref.Val, limit int64) int64{
 	operators.OldIn:     inWork,
 	operators.Add:       addWork,
 	"join":              joinWork,
-	"format":            argsWork,
+	"format":            formatWork,
+	"matches":           matchesWork,
 	"flatten":           argsWork,
 	"reverse":           argsWork,
 	"slice":             argsWork,
@@ -59,8 +65,8 @@ var workOf = map[string]func(args []ref.Val, limit int64) int64{
 	"trim":              argsWork,
 	"substring":         argsWork,
 	"charAt":            argsWork,
-	"indexOf":           argsWork,
-	"lastIndexOf":       argsWork,
+	"indexOf":           searchWork,
+	"lastIndexOf":       searchWork,
 	"strings.quote":     quoteWork,
 	"base64.encode":     encodeWork,
 	"base64.decode":     argsWork,
@@ -88,16 +94,41 @@ func sizeOf(v ref.Val, limit int64) int64 {
 		return int64(len(v)) + 1
 	case types.Bytes:
 		return int64(len(v)) + 1
+	case *types.Optional:
+		// == and in compare what an optional holds.
+		if v.HasValue() {
+			return 1 + sizeOf(v.GetValue(), limit)
+		}
+		return 1
 	case *orderedMap:
 		if v.strings != nil {
 			return nativeSize(v.strings, limit)
 		}
 	case *objectList:
 		return nativeSize(v.raw, limit)
+	case traits.MutableLister:
+		// A comprehension's result while it grows: its Value is stale.
+		n := int64(1)
+		for i := types.IntZero; i < v.Size().(types.Int) && n <= limit; i++ {
+			n += sizeOf(v.Get(i), limit-n)
+		}
+		return n
 	}
 	n := int64(1)
 	switch v := v.(type) {
+	case traits.Lister:
+		switch raw := v.Value().(type) {
+		case []ref.Val, []any, []string:
+			return nativeSize(raw, limit)
+		}
+		for it := v.Iterator(); it.HasNext() == types.True && n <= limit; {
+			n += sizeOf(it.Next(), limit-n)
+		}
 	case traits.Mapper:
+		switch raw := v.Value().(type) {
+		case map[ref.Val]ref.Val, map[string]any, map[string]string:
+			return nativeSize(raw, limit)
+		}
 		for it := v.Iterator(); it.HasNext() == types.True && n <= limit; {
 			k := it.Next()
 			n += sizeOf(k, limit-n)
@@ -105,40 +136,60 @@ func sizeOf(v ref.Val, limit int64) int64 {
 				n += sizeOf(value, limit-n)
 			}
 		}
-	case traits.Lister:
-		for it := v.Iterator(); it.HasNext() == types.True && n <= limit; {
-			n += sizeOf(it.Next(), limit-n)
-		}
 	}
 	return n
 }
 
-// nativeSize is sizeOf for the object's own values, walked as they are.
+// nativeSize is sizeOf for the Go values behind lists and maps: the
+// object's own, or cel-go's, walked as they are (an iterator allocates for
+// every item, and the measure must cost less than the work it prevents).
 func nativeSize(v any, limit int64) int64 {
+	n := int64(1)
 	switch v := v.(type) {
 	case string:
 		return int64(len(v)) + 1
+	case ref.Val:
+		return sizeOf(v, limit)
 	case map[string]any:
-		n := int64(1)
 		for k, child := range v {
 			if n > limit {
 				break
 			}
 			n += int64(len(k)) + 1 + nativeSize(child, limit-n)
 		}
-		return n
+	case map[ref.Val]ref.Val:
+		for k, child := range v {
+			if n > limit {
+				break
+			}
+			n += sizeOf(k, limit-n) + sizeOf(child, limit-n)
+		}
 	case []any:
-		n := int64(1)
 		for _, child := range v {
 			if n > limit {
 				break
 			}
 			n += nativeSize(child, limit-n)
 		}
-		return n
+	case []ref.Val:
+		for _, child := range v {
+			if n > limit {
+				break
+			}
+			n += sizeOf(child, limit-n)
+		}
+	case []string:
+		for _, child := range v {
+			n += int64(len(child)) + 1
+		}
+	case map[string]string:
+		for k, child := range v {
+			n += int64(len(k)+len(child)) + 2
+		}
 	default:
-		return 1
+		return 1 // a number, a bool, null
 	}
+	return n
 }
 
 func argsWork(args []ref.Val, limit int64) int64 {
@@ -172,20 +223,21 @@ func inWork(args []ref.Val, limit int64) int64 {
 // by the item added; other lists are concatenated whole (concatenation).
 func addWork(args []ref.Val, _ int64) int64 {
 	if _, ok := args[0].(traits.MutableLister); ok {
-		return length(args[1])
+		return copied(args[1])
 	}
-	return add(length(args[0]), length(args[1]))
+	return add(copied(args[0]), copied(args[1]))
 }
 
-// length is the shallow size of a value: its bytes or its items.
-func length(v ref.Val) int64 {
+// copied is what copying a value costs: its bytes, or its items at 4
+// each (a copied item takes 16 bytes).
+func copied(v ref.Val) int64 {
 	switch v := v.(type) {
 	case types.String:
 		return int64(len(v))
 	case types.Bytes:
 		return int64(len(v))
 	case traits.Lister:
-		return int64(v.Size().(types.Int))
+		return 4 * int64(v.Size().(types.Int))
 	}
 	return 1
 }
@@ -208,6 +260,92 @@ func concatenation(a, b ref.Val) (ref.Val, bool) {
 		}
 	}
 	return types.NewRefValList(types.DefaultTypeAdapter, items), true
+}
+
+// formatWork: the arguments printed, and the digits a precision asks
+// for ('%.999999f' prints a million).
+func formatWork(args []ref.Val, limit int64) int64 {
+	n := argsWork(args, limit)
+	format, ok := args[0].(types.String)
+	if !ok {
+		return n
+	}
+	for rest := string(format); ; {
+		i := strings.Index(rest, "%.")
+		if i < 0 {
+			return n
+		}
+		rest = rest[i+2:]
+		digits := len(rest) - len(strings.TrimLeft(rest, "0123456789"))
+		// No digits, or more than an int64 holds: cel-go refuses the
+		// clause itself.
+		if precision, err := strconv.ParseInt(rest[:digits], 10, 64); err == nil {
+			n = add(n, precision)
+		}
+	}
+}
+
+// searchWork: cel-go's indexOf and lastIndexOf compare the substring at
+// every position, character by character.
+func searchWork(args []ref.Val, limit int64) int64 {
+	s, ok1 := args[0].(types.String)
+	sub, ok2 := args[1].(types.String)
+	if !ok1 || !ok2 {
+		return argsWork(args, limit)
+	}
+	return add(int64(len(s)), mul(int64(len(s)), int64(len(sub)))/8)
+}
+
+// maxRegexInstructions bounds the program of a regular expression (Go's
+// RE2: a Kubernetes name pattern is about 30). Its matching time is the
+// string's length times the program's, and a program of a million
+// instructions takes hundreds of megabytes to compile.
+const maxRegexInstructions = 5000
+
+// matchesWork: matching steps through the program at every byte.
+func matchesWork(args []ref.Val, _ int64) int64 {
+	s, ok1 := args[0].(types.String)
+	pattern, ok2 := args[1].(types.String)
+	if !ok1 || !ok2 {
+		return 1
+	}
+	size, err := regexSize(string(pattern))
+	if err != nil {
+		return int64(len(pattern)) // refused by the call, as cel-go words it
+	}
+	return matchWork(int64(len(s)), size)
+}
+
+func matchWork(length, program int64) int64 {
+	if program > maxRegexInstructions {
+		return math.MaxInt64
+	}
+	return add(length, mul(length, program)/16)
+}
+
+// regexSize estimates the instructions of a regular expression's program
+// from its syntax, without compiling it: a repeat copies what it repeats.
+func regexSize(pattern string) (int64, error) {
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return 0, err
+	}
+	return syntaxSize(re), nil
+}
+
+func syntaxSize(re *syntax.Regexp) int64 {
+	var n int64 = 1
+	for _, sub := range re.Sub {
+		n = add(n, syntaxSize(sub))
+	}
+	switch re.Op {
+	case syntax.OpLiteral:
+		n = add(n, int64(len(re.Rune)))
+	case syntax.OpRepeat:
+		copies := int64(max(re.Max, re.Min, 1))
+		n = add(mul(n, copies), 1)
+	}
+	return n
 }
 
 // joinWork: the joined string, separators included.
@@ -380,6 +518,10 @@ func (g *callGuard) decorate(i interpreter.Interpretable) (interpreter.Interpret
 	switch call.Function() {
 	case operators.Equals, operators.NotEquals:
 		return guarded, nil
+	case "matches":
+		if err := guarded.compileRegex(); err != nil {
+			return nil, err
+		}
 	}
 	if guarded.impl = g.impls[call.OverloadID()]; guarded.impl == nil {
 		guarded.impl = g.impls[call.Function()]
@@ -397,6 +539,56 @@ type guardedCall struct {
 	work func([]ref.Val, int64) int64
 	// impl is nil for == and !=.
 	impl *functions.Overload
+	// regex is the constant pattern of matches, compiled once.
+	regex *regexp.Regexp
+}
+
+// compileRegex compiles the constant pattern of a call of matches, when it
+// is not too large: a Profile with one is refused at admission. (The
+// program does not let cel-go compile constant patterns itself: it would
+// compile any size, and replace this call.)
+func (c *guardedCall) compileRegex() error {
+	args := c.Args()
+	if len(args) != 2 {
+		return nil
+	}
+	constant, ok := args[1].(interpreter.InterpretableConst)
+	if !ok {
+		return nil
+	}
+	pattern, ok := constant.Value().(types.String)
+	if !ok {
+		return nil
+	}
+	size, err := regexSize(string(pattern))
+	if err == nil && size > maxRegexInstructions {
+		err = fmt.Errorf("the regular expression is too large: about %d instructions, at most %d", size, maxRegexInstructions)
+	}
+	if err == nil {
+		c.regex, err = regexp.Compile(string(pattern))
+	}
+	if err != nil {
+		return err
+	}
+	c.work = func(args []ref.Val, _ int64) int64 {
+		s, _ := args[0].(types.String)
+		return matchWork(int64(len(s)), size)
+	}
+	return nil
+}
+
+// workError refuses a call for its work.
+type workError struct{ function string }
+
+func (e workError) Error() string {
+	return fmt.Sprintf("%s would walk or make more than %d MiB (a value used several times counts each time)", e.function, MaxCallWork>>20)
+}
+
+// refused tells whether a call's result is a workError.
+func refused(result ref.Val) bool {
+	e, ok := result.(*types.Err)
+	var we workError
+	return ok && errors.As(e.Unwrap(), &we)
 }
 
 func (c *guardedCall) Eval(act interpreter.Activation) ref.Val {
@@ -409,13 +601,19 @@ func (c *guardedCall) Eval(act interpreter.Activation) ref.Val {
 		}
 	}
 	if c.work(vals, MaxCallWork) > MaxCallWork {
-		return types.NewErrWithNodeID(c.ID(), "%s would walk or make more than %d MiB (a value used several times counts each time)",
-			c.Function(), MaxCallWork>>20)
+		return types.LabelErrNode(c.ID(), types.WrapErr(workError{function: c.Function()}))
 	}
 	return types.LabelErrNode(c.ID(), c.invoke(vals))
 }
 
 func (c *guardedCall) invoke(args []ref.Val) ref.Val {
+	if c.regex != nil {
+		s, ok := args[0].(types.String)
+		if !ok {
+			return types.MaybeNoSuchOverloadErr(args[0])
+		}
+		return types.Bool(c.regex.MatchString(string(s)))
+	}
 	if c.impl == nil {
 		equal := types.Equal(args[0], args[1])
 		if c.Function() == operators.NotEquals {
@@ -454,15 +652,17 @@ func (workCost) CallCost(function, _ string, args []ref.Val, result ref.Val) *ui
 	if !ok || len(args) == 0 {
 		return nil
 	}
-	if types.IsError(result) {
-		// Refused (guardedCall) or failed: what it did is charged as one
-		// step, so the error says why.
-		one := uint64(1)
-		return &one
+	// A refused call is charged as the most a call may do, and a call that
+	// failed as it would have been: an expression that hides the error
+	// (x || true) must not be free to try again.
+	w := int64(MaxCallWork)
+	if !refused(result) {
+		w = min(work(args, MaxCallWork), MaxCallWork)
 	}
-	// What it made counts too: the arguments of lists.range or split do
-	// not say how much that is.
-	w := add(work(args, MaxCallWork), min(sizeOf(result, MaxCallWork), MaxCallWork))
 	cost := uint64(w/10) + 1
+	if function == "matches" && len(args) == 2 {
+		// Never less than cel-go charges: the string times the pattern.
+		cost = max(cost, uint64(math.Ceil(float64(sizeOf(args[0], MaxCallWork))*0.1)*math.Ceil(float64(sizeOf(args[1], MaxCallWork))*0.25)))
+	}
 	return &cost
 }

@@ -25,7 +25,19 @@ func bigObject() map[string]any {
 		m["k"+strconv.Itoa(i)] = "v"
 		l[i] = "x"
 	}
-	return map[string]any{"m": m, "l": l, "s": strings.Repeat("b", 2<<20), "a": strings.Repeat("a", 1<<20)}
+	nums := make([]any, 300)
+	for i := range nums {
+		nums[i] = 1.5
+	}
+	return map[string]any{"m": m, "l": l, "s": strings.Repeat("b", 2<<20), "a": strings.Repeat("a", 1<<20),
+		"a4": strings.Repeat("a", 400_000), "sub": strings.Repeat("a", 200_000) + "b",
+		"f": strings.Repeat("%.999999f", 300), "nums": nums, "re": strings.Repeat(".{1000}", 3000)}
+}
+
+// doubled is a map whose value, transformed n times into a list of itself
+// twice, holds 2^n strings at the cost of n steps.
+func doubled(n int) string {
+	return "{'k': 'x'}" + strings.Repeat(".transformMap(k, v, [v, v])", n)
 }
 
 // TestCallsAreBoundedByTheirWork: a call that walks or makes far more than
@@ -57,6 +69,16 @@ func TestCallsAreBoundedByTheirWork(t *testing.T) {
 		"cel:lists.range(400).map(i, object.a).map(s, base64.encode(bytes(s))).size()",
 		"cel:lists.range(60).map(i, object.l).distinct().size()",
 		"cel:sets.equivalent(lists.range(60).map(i, object.l), lists.range(60).map(i, object.l))",
+		// Found by review (helper 41):
+		"cel:object.f.format(object.nums).size()",                                   // precision makes 300 MB
+		"cel:object.a4.indexOf(object.sub)",                                         // a naive search: 17 s
+		"cel:object.a4.lastIndexOf(object.sub)",                                     //
+		"cel:lists.range(100).map(i, 'a'.matches(object.re)).size()",                // 3M-instruction programs
+		"cel:object.a4.matches('" + strings.Repeat(".{10}", 150) + "b')",            // constant, long per byte
+		"cel:[" + doubled(23) + "].map(d, lists.range(100).map(i, d == d || true))", // || hid refusals
+		"cel:lists.range(100).all(i, '%s%s%d'.format([object.s, object.s, 1]) == '' || true)",
+		"cel:optional.of(" + doubled(26) + ") in [optional.of(" + doubled(26) + ")]", // 80 s
+		"cel:" + doubled(24), // converted whole before its size was checked
 	} {
 		expr, err := Compile(path)
 		if err != nil {
@@ -72,7 +94,8 @@ func TestCallsAreBoundedByTheirWork(t *testing.T) {
 		cancel()
 		if err == nil {
 			t.Errorf("%.80s: evaluated to %.80v; want it refused", path, value)
-		} else if !strings.Contains(err.Error(), "would walk or make more than 6 MiB") && !strings.Contains(err.Error(), "runtime cost limit") {
+		} else if !strings.Contains(err.Error(), "would walk or make more than 6 MiB") && !strings.Contains(err.Error(), "runtime cost limit") &&
+			!strings.Contains(err.Error(), "larger than 256 KiB") {
 			t.Errorf("%.80s: %v; want a refusal for its work", path, err)
 		}
 		if n := after.TotalAlloc - before.TotalAlloc; n > allowed {
@@ -81,10 +104,59 @@ func TestCallsAreBoundedByTheirWork(t *testing.T) {
 	}
 }
 
+// TestCompileIsBounded: an expression whose checking or constant regular
+// expressions would take gigabytes is refused at admission, cheaply.
+func TestCompileIsBounded(t *testing.T) {
+	const allowed = 256 << 20
+	for _, path := range []string{
+		"cel:optional.of('x')" + strings.Repeat(".optMap(a, [a, a])", 11), // its AST doubles per step
+		"cel:'a'.matches('" + strings.Repeat(".{1000}", 500) + "')",
+		"cel:'a'.matches('(" + strings.Repeat("a{1000}", 4) + "){1000}')",
+	} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		_, err := Compile(path)
+		runtime.ReadMemStats(&after)
+		if err == nil {
+			t.Errorf("%.80s: compiled; want it refused", path)
+		}
+		if n := after.TotalAlloc - before.TotalAlloc; n > allowed {
+			t.Errorf("%.80s: allocated %d MiB to compile, want at most %d", path, n>>20, allowed>>20)
+		}
+	}
+	// A long expression of ordinary work stays within the node limit.
+	long := "cel:" + times("(object.metadata.labels['app'] in ['a', 'b'] && object.spec.replicas > 2)", 48, " || ") +
+		" || object.spec.containers.exists(c, c.image.startsWith('r/x'))"
+	if _, err := Compile(long); err != nil || len(long) > 4096 {
+		t.Errorf("%d characters of loops: %v", len(long), err)
+	}
+}
+
+// TestOrdinaryLoopsPass: loops over a large object that cel-go runs
+// within its cost limit still run: what a comprehension adds to its result
+// is charged, not the whole result again at every step.
+func TestOrdinaryLoopsPass(t *testing.T) {
+	obj := bigObject()
+	items := make([]any, 100)
+	for i := range items {
+		items[i] = map[string]any{"name": "item" + strconv.Itoa(i), "ready": i%2 == 0, "data": strings.Repeat("d", 3000)}
+	}
+	obj["items"] = items
+	for _, path := range []string{
+		"cel:object.l.slice(0, 4000).map(x, x).size()",
+		"cel:object.items.filter(x, x.ready).map(x, x.name).size()",
+		"cel:object.items.map(x, x.data.upperAscii().size()).size()",
+	} {
+		sameAsUnguarded(t, path, obj)
+	}
+}
+
 // TestGuardedCallsMeanWhatTheyMeant: the guarded calls give what cel-go
 // gives without the guard, errors included.
 func TestGuardedCallsMeanWhatTheyMeant(t *testing.T) {
-	obj := map[string]any{"s": "a,b,c", "n": int64(2), "l": []any{"b", "a", "b"}, "m": map[string]any{"k": "v", "j": []any{int64(1)}}}
+	obj := map[string]any{"s": "a,b,c", "n": int64(2), "l": []any{"b", "a", "b"}, "m": map[string]any{"k": "v", "j": []any{int64(1)}},
+		"p": "^[a-c,]+$", "bad": "(", "f": "%.3f|%.1f|%%.5", "huge": "%.99999999999999999999f"}
 	for _, path := range []string{
 		"cel:dyn(1) == 1.0", "cel:[1, 2] != [1, 3]", "cel:{'a': 1} == {'a': 1}", "cel:object.m == object.m",
 		"cel:object.l == ['b', 'a', 'b']", "cel:dyn(1) == 'a'", "cel:object.missing == 1", "cel:object.n != 2u",
@@ -102,16 +174,24 @@ func TestGuardedCallsMeanWhatTheyMeant(t *testing.T) {
 		"cel:[[1], 2].sort()", "cel:object.l + ['z']", "cel:[] + object.l", "cel:object.l + []",
 		"cel:object.l.map(x, x + 'y')", "cel:object.s + object.s", "cel:b'a' + b'b'", "cel:object.n + 1", "cel:object.l + object.n",
 		"cel:(object.l + object.l).map(x, x) == object.l + object.l", "cel:['a'] + object.m.j + [object.m]", "cel:['a'].map(x, x in object.l)", "cel:object.s.split(object.n)",
+		"cel:object.s.matches('^[a-c,]+$')", "cel:'a,b'.matches(object.p)", "cel:matches(object.s, 'b')", "cel:'a'.matches(object.bad)",
+		"cel:object.n.matches('a')", "cel:object.f.format([1.23456, 2.5])", "cel:object.huge.format([1.0])",
 	} {
-		guarded, err := Compile(path)
-		if err != nil {
-			t.Errorf("%s: %v", path, err)
-			continue
-		}
-		want := outcome(t, unguarded(t, path), obj)
-		if got := outcome(t, guarded, obj); got != want {
-			t.Errorf("%s: %s; without the guard %s", path, got, want)
-		}
+		sameAsUnguarded(t, path, obj)
+	}
+}
+
+// sameAsUnguarded: a path gives what cel-go gives without the guard.
+func sameAsUnguarded(t *testing.T, path string, obj map[string]any) {
+	t.Helper()
+	guarded, err := Compile(path)
+	if err != nil {
+		t.Errorf("%s: %v", path, err)
+		return
+	}
+	want := outcome(t, unguarded(t, path), obj)
+	if got := outcome(t, guarded, obj); got != want {
+		t.Errorf("%s: %s; without the guard %s", path, got, want)
 	}
 }
 

@@ -104,8 +104,11 @@ func TestOrderHoldsOnHostileInput(t *testing.T) {
 		{"cel:google.protobuf.Value{string_value: 'x'}", "compile: invalid CEL expression: message construction (google.protobuf.Value{...}) is not supported; use a map"},
 		// A key CEL does not allow has no order: an error, every time.
 		{"cel:{dyn(object.spec.l1): 'a', dyn(object.spec.l2): 'b'}.transformList(k, v, v)", "error: CEL evaluation failed: unsupported map key type list: CEL map keys are bool, int, uint or string"},
-		// cel-go panics on this one while it plans: refused, not a crash.
-		{"cel:{b'a': 1}", "compile: invalid CEL expression: runtime error: hash of unhashable type types.Bytes"},
+		// Keys of a type CEL maps do not take are refused at admission
+		// (cel-go panicked on bytes keys).
+		{"cel:{b'a': 1}", "compile: invalid CEL expression: a map key of type bytes: CEL map keys are bool, int, uint or string"},
+		{"cel:{1.5: 1}", "compile: invalid CEL expression: a map key of type double: CEL map keys are bool, int, uint or string"},
+		{"cel:{dyn(1.5): 1}", "error: CEL evaluation failed: unsupported map key type double: CEL map keys are bool, int, uint or string"},
 		// The wrapper keeps the emptiness test of the map it wraps.
 		{"cel:optional.ofNonZeroValue({}).hasValue()", "false"},
 		{"cel:optional.ofNonZeroValue(object.metadata.annotations)", "not found"},
