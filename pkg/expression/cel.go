@@ -67,12 +67,22 @@ func compileCEL(expr string) (c *celExpression, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("the CEL environment is broken: %v", err)
 	}
+	// optMap and optFlatMap copy their target as the parser expands them:
+	// chained, the expression doubles at every step before any count of
+	// its nodes could stop it.
+	if n := strings.Count(expr, "optMap") + strings.Count(expr, "optFlatMap"); n > maxOptMaps {
+		return nil, fmt.Errorf("invalid CEL expression: %d uses of optMap or optFlatMap, at most %d", n, maxOptMaps)
+	}
 	parsed, issues := env.Parse(expr)
 	if issues.Err() != nil {
 		return nil, celIssue(issues.Errors())
 	}
-	if n := len(celast.MatchDescendants(celast.NavigateAST(parsed.NativeRep()), everyNode)); n > maxNodes {
-		return nil, fmt.Errorf("invalid CEL expression: %d operations once its macros are expanded, at most %d", n, maxNodes)
+	nodes := celast.MatchDescendants(celast.NavigateAST(parsed.NativeRep()), everyNode)
+	if len(nodes) > maxNodes {
+		return nil, fmt.Errorf("invalid CEL expression: %d operations once its macros are expanded, at most %d", len(nodes), maxNodes)
+	}
+	if err := computedKeys(nodes); err != nil {
+		return nil, err
 	}
 	ast, issues := env.Check(parsed)
 	if issues.Err() != nil {
@@ -82,6 +92,9 @@ func compileCEL(expr string) (c *celExpression, err error) {
 		return nil, err
 	}
 	if err := mapKeys(ast); err != nil {
+		return nil, err
+	}
+	if err := optionalElements(ast); err != nil {
 		return nil, err
 	}
 	cost, err := env.EstimateCost(ast, sizeEstimator{})
@@ -117,6 +130,63 @@ func compileCEL(expr string) (c *celExpression, err error) {
 const maxNodes = 2000
 
 func everyNode(celast.NavigableExpr) bool { return true }
+
+// maxOptMaps bounds the optMap and optFlatMap calls of an expression: six
+// copy a target 64 times.
+const maxOptMaps = 6
+
+// maxComputedKeys bounds the map literals whose keys are computed. The
+// type of {v: v} names v's type twice, so a chain of them doubles the
+// type at every step and type-checking eighteen took 26 GB.
+const maxComputedKeys = 6
+
+func computedKeys(nodes []celast.NavigableExpr) error {
+	n := 0
+	for _, node := range nodes {
+		if node.Kind() != celast.MapKind {
+			continue
+		}
+		for _, entry := range node.AsMap().Entries() {
+			if entry.AsMapEntry().Key().Kind() != celast.LiteralKind {
+				n++
+				break
+			}
+		}
+	}
+	if n > maxComputedKeys {
+		return fmt.Errorf("invalid CEL expression: %d map literals with computed keys, at most %d", n, maxComputedKeys)
+	}
+	return nil
+}
+
+// optionalElements rejects [?x] and {?k: x} where x is not known to be an
+// optional: cel-go's error for a value that is not one prints the value,
+// however large, and one of the object's values never is one.
+func optionalElements(ast *cel.Ast) error {
+	native := ast.NativeRep()
+	isOptional := func(e celast.Expr) bool {
+		t := native.GetType(e.ID())
+		return t.Kind() == types.OpaqueKind && t.TypeName() == "optional_type"
+	}
+	const msg = "invalid CEL expression: an optional element (%s) must be an optional value, such as object.?field or optional.of(x)"
+	root := celast.NavigateAST(native)
+	for _, l := range celast.MatchDescendants(root, celast.KindMatcher(celast.ListKind)) {
+		list := l.AsList()
+		for _, i := range list.OptionalIndices() {
+			if !isOptional(list.Elements()[i]) {
+				return fmt.Errorf(msg, "[?x]")
+			}
+		}
+	}
+	for _, m := range celast.MatchDescendants(root, celast.KindMatcher(celast.MapKind)) {
+		for _, entry := range m.AsMap().Entries() {
+			if e := entry.AsMapEntry(); e.IsOptional() && !isOptional(e.Value()) {
+				return fmt.Errorf(msg, "{?k: x}")
+			}
+		}
+	}
+	return nil
+}
 
 // noMessages rejects message construction (google.protobuf.Struct{...}):
 // cel-go builds messages without the adapter, so a Struct made of the

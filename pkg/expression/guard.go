@@ -9,6 +9,7 @@ import (
 	"regexp/syntax"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/google/cel-go/cel"
@@ -58,6 +59,15 @@ var workOf = map[string]func(args []ref.Val, limit int64) int64{
 	"format":            formatWork,
 	"matches":           matchesWork,
 	"flatten":           argsWork,
+	"size":              textWork,
+	"int":               textWork,
+	"uint":              textWork,
+	"double":            textWork,
+	"bool":              textWork,
+	"string":            textWork,
+	"bytes":             textWork,
+	"timestamp":         textWork,
+	"duration":          textWork,
 	"reverse":           argsWork,
 	"slice":             argsWork,
 	"upperAscii":        argsWork,
@@ -192,6 +202,24 @@ func nativeSize(v any, limit int64) int64 {
 	return n
 }
 
+// textWork: size counts a string's characters, and a conversion reads
+// its text (and a failed one copies it into its error); the size of a
+// list or a map is known.
+func textWork(args []ref.Val, _ int64) int64 {
+	var n int64
+	for _, a := range args {
+		switch a := a.(type) {
+		case types.String:
+			n += int64(len(a)) + 1
+		case types.Bytes:
+			n += int64(len(a)) + 1
+		default:
+			n++
+		}
+	}
+	return n
+}
+
 func argsWork(args []ref.Val, limit int64) int64 {
 	var n int64
 	for _, a := range args {
@@ -203,12 +231,20 @@ func argsWork(args []ref.Val, limit int64) int64 {
 	return n
 }
 
-// equalityWork: == stops at the smaller side. Both measures stop at the
-// same point whatever order maps are walked in, so the charge is the same
-// at every evaluation.
+// equalityWork: == stops at the smaller side. Both sides are measured to
+// a growing bound until one fits, so the measure costs a few times the
+// smaller side, not the larger; and it gives the same at every evaluation
+// whatever order maps are walked in.
 func equalityWork(args []ref.Val, limit int64) int64 {
-	a := sizeOf(args[0], limit)
-	return min(a, sizeOf(args[1], min(a, limit)))
+	for bound := int64(64); ; bound *= 4 {
+		a, b := sizeOf(args[0], bound), sizeOf(args[1], bound)
+		if a <= bound || b <= bound {
+			return min(a, b)
+		}
+		if bound > limit {
+			return bound
+		}
+	}
 }
 
 // inWork: x in list compares x with every item; x in map looks it up.
@@ -302,6 +338,15 @@ func searchWork(args []ref.Val, limit int64) int64 {
 // instructions takes hundreds of megabytes to compile.
 const maxRegexInstructions = 5000
 
+// maxPatternBytes bounds the text of a regular expression: parsing
+// \pL appends thousands of ranges before any limit of Go's applies.
+const maxPatternBytes = 1024
+
+// regexSizes holds the program size of every pattern compileRegex
+// accepted: patterns are constants, so the runtime charge looks them up
+// instead of parsing them at every call.
+var regexSizes sync.Map // string -> int64
+
 // matchesWork: matching steps through the program at every byte.
 func matchesWork(args []ref.Val, _ int64) int64 {
 	s, ok1 := args[0].(types.String)
@@ -309,18 +354,18 @@ func matchesWork(args []ref.Val, _ int64) int64 {
 	if !ok1 || !ok2 {
 		return 1
 	}
-	size, err := regexSize(string(pattern))
-	if err != nil {
-		return int64(len(pattern)) // refused by the call, as cel-go words it
+	size, ok := regexSizes.Load(string(pattern))
+	if !ok {
+		return math.MaxInt64 // not a pattern compileRegex accepted
 	}
-	return matchWork(int64(len(s)), size)
+	return matchWork(int64(len(s)), size.(int64))
 }
 
 func matchWork(length, program int64) int64 {
 	if program > maxRegexInstructions {
 		return math.MaxInt64
 	}
-	return add(length, mul(length, program)/16)
+	return add(length, mul(length, program)/4)
 }
 
 // regexSize estimates the instructions of a regular expression's program
@@ -450,8 +495,13 @@ func setsWork(args []ref.Val, limit int64) int64 {
 	if !ok1 || !ok2 {
 		return argsWork(args, limit)
 	}
+	lenA, lenB := int64(a.Size().(types.Int)), int64(b.Size().(types.Int))
+	if lenA == 0 || lenB == 0 {
+		return 1
+	}
+	// What was measured is charged too, when the product is smaller.
 	sizeA, sizeB := sizeOf(a, limit), sizeOf(b, limit)
-	return min(mul(int64(b.Size().(types.Int)), sizeA), mul(int64(a.Size().(types.Int)), sizeB))
+	return max(min(mul(lenB, sizeA), mul(lenA, sizeB)), add(sizeA, sizeB))
 }
 
 // setsEquivalentWork: contains both ways.
@@ -552,13 +602,18 @@ func (c *guardedCall) compileRegex() error {
 	if len(args) != 2 {
 		return nil
 	}
+	// A pattern made at evaluation would be parsed, at a cost nothing
+	// bounds, at every call.
 	constant, ok := args[1].(interpreter.InterpretableConst)
 	if !ok {
-		return nil
+		return errors.New("matches takes a constant pattern (a string literal)")
 	}
 	pattern, ok := constant.Value().(types.String)
 	if !ok {
-		return nil
+		return nil // cel-go refuses the call
+	}
+	if len(pattern) > maxPatternBytes {
+		return fmt.Errorf("the regular expression is too long: %d bytes, at most %d", len(pattern), maxPatternBytes)
 	}
 	size, err := regexSize(string(pattern))
 	if err == nil && size > maxRegexInstructions {
@@ -570,10 +625,7 @@ func (c *guardedCall) compileRegex() error {
 	if err != nil {
 		return err
 	}
-	c.work = func(args []ref.Val, _ int64) int64 {
-		s, _ := args[0].(types.String)
-		return matchWork(int64(len(s)), size)
-	}
+	regexSizes.Store(string(pattern), size)
 	return nil
 }
 
