@@ -342,10 +342,25 @@ const maxRegexInstructions = 5000
 // \pL appends thousands of ranges before any limit of Go's applies.
 const maxPatternBytes = 1024
 
-// regexSizes holds the program size of every pattern compileRegex
-// accepted: patterns are constants, so the runtime charge looks them up
-// instead of parsing them at every call.
-var regexSizes sync.Map // string -> int64
+// regexSizes holds the program sizes of patterns compileRegex accepted:
+// patterns are constants, so the runtime charge (workCost), which does not
+// see the call, looks them up instead of parsing them at every call. Every
+// admission compiles, so it holds at most maxRegexSizes patterns; the
+// charge for another is the most a pattern may have.
+var regexSizes = struct {
+	sync.RWMutex
+	sizes map[string]int64
+}{sizes: map[string]int64{}}
+
+const maxRegexSizes = 10_000
+
+func rememberRegexSize(pattern string, size int64) {
+	regexSizes.Lock()
+	defer regexSizes.Unlock()
+	if len(regexSizes.sizes) < maxRegexSizes {
+		regexSizes.sizes[pattern] = size
+	}
+}
 
 // matchesWork: matching steps through the program at every byte.
 func matchesWork(args []ref.Val, _ int64) int64 {
@@ -354,11 +369,13 @@ func matchesWork(args []ref.Val, _ int64) int64 {
 	if !ok1 || !ok2 {
 		return 1
 	}
-	size, ok := regexSizes.Load(string(pattern))
+	regexSizes.RLock()
+	size, ok := regexSizes.sizes[string(pattern)]
+	regexSizes.RUnlock()
 	if !ok {
-		return math.MaxInt64 // not a pattern compileRegex accepted
+		size = maxRegexInstructions
 	}
-	return matchWork(int64(len(s)), size.(int64))
+	return matchWork(int64(len(s)), size)
 }
 
 func matchWork(length, program int64) int64 {
@@ -625,7 +642,11 @@ func (c *guardedCall) compileRegex() error {
 	if err != nil {
 		return err
 	}
-	regexSizes.Store(string(pattern), size)
+	rememberRegexSize(string(pattern), size)
+	c.work = func(args []ref.Val, _ int64) int64 {
+		s, _ := args[0].(types.String)
+		return matchWork(int64(len(s)), size)
+	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package expression
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"strconv"
 	"strings"
@@ -301,5 +302,26 @@ func TestMeasureCostsWhatTheCallDoes(t *testing.T) {
 		if w := work(big); w > 2 || walked > 1000 {
 			t.Errorf("%s: work %d, %d items walked to measure it", name, w, walked)
 		}
+	}
+}
+
+// TestRegexSizesStayBounded: every admission compiles its patterns, so
+// what is kept of them for the runtime charge is bounded, and a pattern
+// not kept is charged as the largest allowed.
+func TestRegexSizesStayBounded(t *testing.T) {
+	for i := range maxRegexSizes + 100 {
+		if _, err := Compile(fmt.Sprintf("cel:object.s.matches('^a%d$')", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	regexSizes.RLock()
+	n := len(regexSizes.sizes)
+	regexSizes.RUnlock()
+	if n > maxRegexSizes {
+		t.Errorf("%d pattern sizes kept, at most %d", n, maxRegexSizes)
+	}
+	args := []ref.Val{types.String(strings.Repeat("a", 1000)), types.String("^never compiled$")}
+	if got, want := matchesWork(args, MaxCallWork), matchWork(1000, maxRegexInstructions); got != want {
+		t.Errorf("a pattern not kept: work %d, want %d", got, want)
 	}
 }
