@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common"
 	celast "github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/operators"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/ext"
 	"github.com/google/cel-go/interpreter"
@@ -84,6 +86,9 @@ func compileCEL(expr string) (c *celExpression, err error) {
 	if err := computedKeys(nodes); err != nil {
 		return nil, err
 	}
+	if depth := typeDepth(parsed.NativeRep().Expr()); depth > maxTypeDepth {
+		return nil, fmt.Errorf("invalid CEL expression: values nested %d deep (lists, maps, optionals), at most %d", depth, maxTypeDepth)
+	}
 	ast, issues := env.Check(parsed)
 	if issues.Err() != nil {
 		return nil, celIssue(issues.Errors())
@@ -157,6 +162,81 @@ func computedKeys(nodes []celast.NavigableExpr) error {
 		return fmt.Errorf("invalid CEL expression: %d map literals with computed keys, at most %d", n, maxComputedKeys)
 	}
 	return nil
+}
+
+// maxTypeDepth bounds how deeply the types of an expression can nest.
+// cel-go's checker prints a type to look it up while it substitutes type
+// parameters, so checking costs about the cube of the depth, once per
+// comprehension: [1].map(x, [[…[x]…]]) at depth 270 took 2 s and 1.7 GB,
+// at 800 two minutes and 136 GB.
+const maxTypeDepth = 48
+
+// typeWrappers are the calls whose type holds their arguments' one level
+// down: optional(T), map(K, V). Before checking, optional.of is the
+// member call "of" on the identifier optional.
+var typeWrappers = map[string]bool{
+	"of": true, "ofNonZeroValue": true, "optional.of": true, "optional.ofNonZeroValue": true, "first": true, "last": true,
+	operators.OptIndex: true, operators.OptSelect: true, "cel.@mapInsert": true,
+}
+
+// typeDepth bounds, before type-checking, the deepest type any part of a
+// parsed expression can have: a list or map literal or a wrapping call
+// adds a level to its deepest part, a comprehension's variables are a
+// level under what they walk, and its result is as deep as what its steps
+// build.
+func typeDepth(root celast.Expr) int {
+	deepest := 0
+	var depth func(e celast.Expr, vars map[string]int) int
+	depth = func(e celast.Expr, vars map[string]int) int {
+		d := 0
+		switch e.Kind() {
+		case celast.IdentKind:
+			d = vars[e.AsIdent()]
+		case celast.SelectKind:
+			d = depth(e.AsSelect().Operand(), vars)
+		case celast.ListKind:
+			for _, el := range e.AsList().Elements() {
+				d = max(d, depth(el, vars))
+			}
+			d++
+		case celast.MapKind:
+			for _, entry := range e.AsMap().Entries() {
+				me := entry.AsMapEntry()
+				d = max(d, depth(me.Key(), vars), depth(me.Value(), vars))
+			}
+			d++
+		case celast.CallKind:
+			call := e.AsCall()
+			if call.IsMemberFunction() {
+				d = depth(call.Target(), vars)
+			}
+			for _, arg := range call.Args() {
+				d = max(d, depth(arg, vars))
+			}
+			if typeWrappers[call.FunctionName()] {
+				d++
+			}
+		case celast.ComprehensionKind:
+			c := e.AsComprehension()
+			inner := maps.Clone(vars)
+			if inner == nil {
+				inner = map[string]int{}
+			}
+			item := max(depth(c.IterRange(), vars)-1, 0)
+			inner[c.IterVar()] = item
+			if c.HasIterVar2() {
+				inner[c.IterVar2()] = item
+			}
+			inner[c.AccuVar()] = depth(c.AccuInit(), vars)
+			inner[c.AccuVar()] = max(inner[c.AccuVar()], depth(c.LoopStep(), inner))
+			depth(c.LoopCondition(), inner)
+			d = depth(c.Result(), inner)
+		}
+		deepest = max(deepest, d)
+		return d
+	}
+	depth(root, nil)
+	return deepest
 }
 
 // optionalElements rejects [?x] and {?k: x} where x is not known to be an

@@ -159,6 +159,10 @@ func TestCompileIsBounded(t *testing.T) {
 		"cel:'a'.matches('[" + strings.Repeat(`\\pL`, 1000) + "]')",  // a constant class of 7 MB
 		"cel:lists.range(100).map(i, 'a'.matches(object.re)).size()", // a pattern parsed at every call
 		"cel:'a'.matches('a' + 'b')",
+		// Found by review (helper 43): types nested deep, checked slowly.
+		"cel:[1]" + strings.Repeat(".map(x, "+strings.Repeat("[", 90)+"x"+strings.Repeat("]", 90)+")", 3) + ".size()",
+		"cel:[1]" + strings.Repeat(".map(x, optional.of(x))", 95) + ".size()",
+		"cel:{'k': 'x'}" + strings.Repeat(".transformMap(k, v, [v])", 95),
 	} {
 		var before, after runtime.MemStats
 		runtime.GC()
