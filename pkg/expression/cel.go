@@ -172,10 +172,10 @@ func computedKeys(nodes []celast.NavigableExpr) error {
 const maxTypeDepth = 48
 
 // typeWrappers are the calls whose type holds their arguments' one level
-// down: optional(T), map(K, V). Before checking, optional.of is the
+// down: optional(T), map(K, V), type(T). Before checking, optional.of is the
 // member call "of" on the identifier optional.
 var typeWrappers = map[string]bool{
-	"of": true, "ofNonZeroValue": true, "optional.of": true, "optional.ofNonZeroValue": true, "first": true, "last": true,
+	"of": true, "ofNonZeroValue": true, "optional.of": true, "optional.ofNonZeroValue": true, "first": true, "last": true, "type": true,
 	operators.OptIndex: true, operators.OptSelect: true, "cel.@mapInsert": true,
 }
 
