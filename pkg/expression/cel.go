@@ -83,11 +83,15 @@ func compileCEL(expr string) (c *celExpression, err error) {
 	if len(nodes) > maxNodes {
 		return nil, fmt.Errorf("invalid CEL expression: %d operations once its macros are expanded, at most %d", len(nodes), maxNodes)
 	}
-	if err := computedKeys(nodes); err != nil {
+	if err := literalShapes(nodes); err != nil {
 		return nil, err
 	}
-	if depth := typeDepth(parsed.NativeRep().Expr()); depth > maxTypeDepth {
+	depth, work := typeShape(parsed.NativeRep().Expr())
+	if depth > maxTypeDepth {
 		return nil, fmt.Errorf("invalid CEL expression: values nested %d deep (lists, maps, optionals), at most %d", depth, maxTypeDepth)
+	}
+	if work > maxTypeWork {
+		return nil, fmt.Errorf("invalid CEL expression: its values' types are too large to check (%d, at most %d): fewer nested lists and maps, or fewer uses of them", work, maxTypeWork)
 	}
 	ast, issues := env.Check(parsed)
 	if issues.Err() != nil {
@@ -145,9 +149,22 @@ const maxOptMaps = 6
 // type at every step and type-checking eighteen took 26 GB.
 const maxComputedKeys = 6
 
-func computedKeys(nodes []celast.NavigableExpr) error {
-	n := 0
+// maxEmptyLiterals bounds [] and {} (macros start their results with one):
+// each leaves the checker a type variable, and the checker copies all of
+// them for every overload it tries at every call. 900 of them and 250
+// comparisons took 721 MiB to check.
+const maxEmptyLiterals = 64
+
+// literalShapes counts the map literals with computed keys and the empty
+// literals of a parsed expression.
+func literalShapes(nodes []celast.NavigableExpr) error {
+	n, empty := 0, 0
 	for _, node := range nodes {
+		switch {
+		case node.Kind() == celast.ListKind && node.AsList().Size() == 0,
+			node.Kind() == celast.MapKind && node.AsMap().Size() == 0:
+			empty++
+		}
 		if node.Kind() != celast.MapKind {
 			continue
 		}
@@ -160,6 +177,9 @@ func computedKeys(nodes []celast.NavigableExpr) error {
 	}
 	if n > maxComputedKeys {
 		return fmt.Errorf("invalid CEL expression: %d map literals with computed keys, at most %d", n, maxComputedKeys)
+	}
+	if empty > maxEmptyLiterals {
+		return fmt.Errorf("invalid CEL expression: %d empty lists or maps (a macro makes one), at most %d", empty, maxEmptyLiterals)
 	}
 	return nil
 }
@@ -179,64 +199,80 @@ var typeWrappers = map[string]bool{
 	operators.OptIndex: true, operators.OptSelect: true, "cel.@mapInsert": true,
 }
 
-// typeDepth bounds, before type-checking, the deepest type any part of a
-// parsed expression can have: a list or map literal or a wrapping call
-// adds a level to its deepest part, a comprehension's variables are a
-// level under what they walk, and its result is as deep as what its steps
-// build.
-func typeDepth(root celast.Expr) int {
-	deepest := 0
-	var depth func(e celast.Expr, vars map[string]int) int
-	depth = func(e celast.Expr, vars map[string]int) int {
-		d := 0
+// maxTypeWork bounds the sum, over an expression's nodes, of their type's
+// size times its depth: what the checker prints. Six {v: v} make a type of
+// 64 branches without making it deeper: at depth 42, 300 uses of it took
+// 23 s and 6.4 GB. Ordinary expressions of 4,000 characters are under
+// 2,000.
+const maxTypeWork = 500_000
+
+// typeShape bounds, before type-checking, the types of a parsed
+// expression: the deepest any part can have, and the work of checking
+// them (maxTypeWork). A list or map literal or a wrapping call adds a
+// level to its deepest part (a map's size is its key's and its value's);
+// a comprehension's variables are a level under what they walk, and its
+// result is as large as what its steps build.
+func typeShape(root celast.Expr) (deepest, work int) {
+	type shape struct{ depth, size int }
+	var walk func(e celast.Expr, vars map[string]shape) shape
+	walk = func(e celast.Expr, vars map[string]shape) shape {
+		var r shape
+		widen := func(o shape) { r.depth, r.size = max(r.depth, o.depth), max(r.size, o.size) }
 		switch e.Kind() {
 		case celast.IdentKind:
-			d = vars[e.AsIdent()]
+			r = vars[e.AsIdent()]
 		case celast.SelectKind:
-			d = depth(e.AsSelect().Operand(), vars)
+			r = walk(e.AsSelect().Operand(), vars)
 		case celast.ListKind:
 			for _, el := range e.AsList().Elements() {
-				d = max(d, depth(el, vars))
+				widen(walk(el, vars))
 			}
-			d++
+			r.depth, r.size = r.depth+1, r.size+1
 		case celast.MapKind:
+			keys, values := 0, 0
 			for _, entry := range e.AsMap().Entries() {
 				me := entry.AsMapEntry()
-				d = max(d, depth(me.Key(), vars), depth(me.Value(), vars))
+				k, v := walk(me.Key(), vars), walk(me.Value(), vars)
+				r.depth = max(r.depth, k.depth, v.depth)
+				keys, values = max(keys, k.size), max(values, v.size)
 			}
-			d++
+			r.depth, r.size = r.depth+1, 1+keys+values
 		case celast.CallKind:
 			call := e.AsCall()
 			if call.IsMemberFunction() {
-				d = depth(call.Target(), vars)
+				widen(walk(call.Target(), vars))
 			}
 			for _, arg := range call.Args() {
-				d = max(d, depth(arg, vars))
+				widen(walk(arg, vars))
 			}
 			if typeWrappers[call.FunctionName()] {
-				d++
+				r.depth, r.size = r.depth+1, r.size+1
 			}
 		case celast.ComprehensionKind:
 			c := e.AsComprehension()
 			inner := maps.Clone(vars)
 			if inner == nil {
-				inner = map[string]int{}
+				inner = map[string]shape{}
 			}
-			item := max(depth(c.IterRange(), vars)-1, 0)
+			walked := walk(c.IterRange(), vars)
+			item := shape{max(walked.depth-1, 0), max(walked.size-1, 0)}
 			inner[c.IterVar()] = item
 			if c.HasIterVar2() {
 				inner[c.IterVar2()] = item
 			}
-			inner[c.AccuVar()] = depth(c.AccuInit(), vars)
-			inner[c.AccuVar()] = max(inner[c.AccuVar()], depth(c.LoopStep(), inner))
-			depth(c.LoopCondition(), inner)
-			d = depth(c.Result(), inner)
+			start := walk(c.AccuInit(), vars)
+			inner[c.AccuVar()] = start
+			step := walk(c.LoopStep(), inner)
+			inner[c.AccuVar()] = shape{max(start.depth, step.depth), max(start.size, step.size)}
+			walk(c.LoopCondition(), inner)
+			r = walk(c.Result(), inner)
 		}
-		deepest = max(deepest, d)
-		return d
+		deepest = max(deepest, r.depth)
+		work += max(r.size, 1) * max(r.depth, 1)
+		return r
 	}
-	depth(root, nil)
-	return deepest
+	walk(root, nil)
+	return deepest, work
 }
 
 // optionalElements rejects [?x] and {?k: x} where x is not known to be an

@@ -120,7 +120,7 @@ func TestMeasuringIsBounded(t *testing.T) {
 	const allowed = 256 << 20
 	for _, path := range []string{
 		"cel:[" + doubled(23) + "].map(d, [" + times("dyn(d) == 1", 250, ", ") + "])",
-		"cel:[[" + doubled(23) + "]].map(d, [" + times("sets.contains(d, [])", 150, ", ") + "])",
+		"cel:[[" + doubled(23) + "]].map(d, [" + times("sets.contains(d, [])", 30, ", ") + "])",
 		"cel:[" + doubled(23) + "].map(d, [" + times("1 != dyn(d)", 250, ", ") + "])",
 	} {
 		expr, err := Compile(path)
@@ -163,6 +163,11 @@ func TestCompileIsBounded(t *testing.T) {
 		"cel:[1]" + strings.Repeat(".map(x, "+strings.Repeat("[", 90)+"x"+strings.Repeat("]", 90)+")", 3) + ".size()",
 		"cel:[1]" + strings.Repeat(".map(x, optional.of(x))", 95) + ".size()",
 		"cel:{'k': 'x'}" + strings.Repeat(".transformMap(k, v, [v])", 95),
+		// Found by review (helper 44): types wide, not deep; type variables.
+		"cel:['x'].map(a, " + strings.Repeat("[", 41) + "a" + strings.Repeat("]", 41) + ")" + strings.Repeat(".map(v, {v: v})", 6) +
+			".map(y, " + times("y == y", 300, " && ") + ").size()",
+		"cel:[" + times("{}", 900, ",") + "].size() > 0 && " + times("1 > 0", 250, " && "),
+		"cel:['x'].map(a, " + strings.Repeat("[", 46) + "a" + strings.Repeat("]", 46) + ").map(y, [" + times("y", 1900, ",") + "]).size()",
 	} {
 		var before, after runtime.MemStats
 		runtime.GC()
