@@ -213,11 +213,13 @@ const maxTypeWork = 500_000
 // a comprehension's variables are a level under what they walk, and its
 // result is as large as what its steps build.
 func typeShape(root celast.Expr) (deepest, work int) {
-	type shape struct{ depth, size int }
+	// key is, for a map, 1 + the size of its key type (0: not known to be
+	// a map), for the variable that iterates it.
+	type shape struct{ depth, size, key int }
 	var walk func(e celast.Expr, vars map[string]shape) shape
 	walk = func(e celast.Expr, vars map[string]shape) shape {
 		var r shape
-		widen := func(o shape) { r.depth, r.size = max(r.depth, o.depth), max(r.size, o.size) }
+		widen := func(o shape) { r.depth, r.size, r.key = max(r.depth, o.depth), max(r.size, o.size), max(r.key, o.key) }
 		switch e.Kind() {
 		case celast.IdentKind:
 			r = vars[e.AsIdent()]
@@ -227,7 +229,7 @@ func typeShape(root celast.Expr) (deepest, work int) {
 			for _, el := range e.AsList().Elements() {
 				widen(walk(el, vars))
 			}
-			r.depth, r.size = r.depth+1, r.size+1
+			r.depth, r.size, r.key = r.depth+1, r.size+1, 0
 		case celast.MapKind:
 			keys, values := 0, 0
 			for _, entry := range e.AsMap().Entries() {
@@ -236,17 +238,23 @@ func typeShape(root celast.Expr) (deepest, work int) {
 				r.depth = max(r.depth, k.depth, v.depth)
 				keys, values = max(keys, k.size), max(values, v.size)
 			}
-			r.depth, r.size = r.depth+1, 1+keys+values
+			r.depth, r.size, r.key = r.depth+1, 1+keys+values, 1+keys
 		case celast.CallKind:
 			call := e.AsCall()
 			if call.IsMemberFunction() {
 				widen(walk(call.Target(), vars))
 			}
+			var args []shape
 			for _, arg := range call.Args() {
-				widen(walk(arg, vars))
+				args = append(args, walk(arg, vars))
+				widen(args[len(args)-1])
 			}
 			if typeWrappers[call.FunctionName()] {
-				r.depth, r.size = r.depth+1, r.size+1
+				r.depth, r.size, r.key = r.depth+1, r.size+1, 0
+			}
+			// transformMap's step makes map(K, V), as a map literal.
+			if call.FunctionName() == "cel.@mapInsert" && len(args) == 3 {
+				r.size, r.key = max(r.size, 1+args[1].size+args[2].size), max(r.key, 1+args[1].size)
 			}
 		case celast.ComprehensionKind:
 			c := e.AsComprehension()
@@ -255,15 +263,19 @@ func typeShape(root celast.Expr) (deepest, work int) {
 				inner = map[string]shape{}
 			}
 			walked := walk(c.IterRange(), vars)
-			item := shape{max(walked.depth-1, 0), max(walked.size-1, 0)}
+			item := shape{depth: max(walked.depth-1, 0), size: max(walked.size-1, 0)}
 			inner[c.IterVar()] = item
+			if walked.key > 0 {
+				// A map's iteration variable is its key.
+				inner[c.IterVar()] = shape{depth: item.depth, size: walked.key - 1}
+			}
 			if c.HasIterVar2() {
 				inner[c.IterVar2()] = item
 			}
 			start := walk(c.AccuInit(), vars)
 			inner[c.AccuVar()] = start
 			step := walk(c.LoopStep(), inner)
-			inner[c.AccuVar()] = shape{max(start.depth, step.depth), max(start.size, step.size)}
+			inner[c.AccuVar()] = shape{max(start.depth, step.depth), max(start.size, step.size), max(start.key, step.key)}
 			walk(c.LoopCondition(), inner)
 			r = walk(c.Result(), inner)
 		}

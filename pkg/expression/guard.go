@@ -91,6 +91,51 @@ var workOf = map[string]func(args []ref.Val, limit int64) int64{
 	"sets.intersects":   setsWork,
 	"math.@max":         argsWork,
 	"math.@min":         argsWork,
+	"cel.@mapInsert":    mapInsertWork,
+	"optional.unwrap":   itemsWork,
+	"unwrapOpt":         itemsWork,
+	"getDate":           zoneWork,
+	"getDayOfMonth":     zoneWork,
+	"getDayOfWeek":      zoneWork,
+	"getDayOfYear":      zoneWork,
+	"getFullYear":       zoneWork,
+	"getHours":          zoneWork,
+	"getMilliseconds":   zoneWork,
+	"getMinutes":        zoneWork,
+	"getMonth":          zoneWork,
+	"getSeconds":        zoneWork,
+}
+
+// itemsWork: a new list of the argument's items.
+func itemsWork(args []ref.Val, _ int64) int64 {
+	if l, ok := args[0].(traits.Sizer); ok {
+		return 1 + 10*int64(l.Size().(types.Int))
+	}
+	return 1
+}
+
+// maxZoneBytes bounds a time zone argument: Go's LoadLocation copies the
+// name into each path it tries and its error (16 MiB for a 2 MiB name).
+const maxZoneBytes = 256
+
+func zoneWork(args []ref.Val, _ int64) int64 {
+	if len(args) > 1 {
+		if tz, ok := args[1].(types.String); ok && len(tz) > maxZoneBytes {
+			return math.MaxInt64
+		}
+	}
+	return 1
+}
+
+// mapInsertWork: transformMapEntry's step inserts every entry of the map
+// its expression makes (which may be one of the object's) into its result.
+func mapInsertWork(args []ref.Val, _ int64) int64 {
+	if len(args) == 2 {
+		if m, ok := args[1].(traits.Sizer); ok {
+			return 1 + 16*int64(m.Size().(types.Int))
+		}
+	}
+	return 1
 }
 
 // sortByKeys is the function the sortBy macro calls.

@@ -39,6 +39,16 @@ func bigObject() map[string]any {
 		"u": strings.Repeat("é", 1<<20), "pl": "[" + strings.Repeat(`\pL`, 4096)}
 }
 
+// keyed is a map whose key is a map whose key is … n times, over 30
+// nested lists of the object.
+func keyed(n int) string {
+	x := strings.Repeat("[", 30) + "object" + strings.Repeat("]", 30)
+	for range n {
+		x = "{" + x + ": 1}.transformMap(k, v, k)"
+	}
+	return x
+}
+
 // doubled is a map whose value, transformed n times into a list of itself
 // twice, holds 2^n strings at the cost of n steps.
 func doubled(n int) string {
@@ -87,6 +97,11 @@ func TestCallsAreBoundedByTheirWork(t *testing.T) {
 		"cel:lists.range(99).map(i, [" + times("object.u.size()", 240, ", ") + "])",            // size counts runes
 		"cel:lists.range(99).map(i, [" + times("int(object.s) == 1 || true", 100, ", ") + "])", // errors copy the string
 		"cel:lists.range(99).map(i, [" + times("double(object.s) == 1.0 || true", 100, ", ") + "])",
+		// Found by review (helper 45):
+		"cel:lists.range(100).exists(i, timestamp(0).getHours(object.s) == 1)", // the zone copied 8 times
+		"cel:lists.range(40).map(j, [1].transformMapEntry(i, v, object.m).size()).size()",
+		"cel:[lists.range(20000).map(x, optional.of(x))].map(L, lists.range(1000).map(j, optional.unwrap(L).size()).size())",
+		"cel:[lists.range(20000).map(x, optional.of(x))].map(L, lists.range(1000).map(j, L.unwrapOpt().size()).size())",
 	} {
 		expr, err := Compile(path)
 		if err != nil {
@@ -168,6 +183,8 @@ func TestCompileIsBounded(t *testing.T) {
 			".map(y, " + times("y == y", 300, " && ") + ").size()",
 		"cel:[" + times("{}", 900, ",") + "].size() > 0 && " + times("1 > 0", 250, " && "),
 		"cel:['x'].map(a, " + strings.Repeat("[", 46) + "a" + strings.Repeat("]", 46) + ").map(y, [" + times("y", 1900, ",") + "]).size()",
+		// Found by review (helper 45): transformMap(k, v, k) grows its key type.
+		"cel:[" + keyed(6) + "].map(w, [" + times("w", 300, ", ") + "]).size()",
 	} {
 		var before, after runtime.MemStats
 		runtime.GC()
@@ -231,6 +248,9 @@ func TestGuardedCallsMeanWhatTheyMeant(t *testing.T) {
 		"cel:object.l.map(x, x + 'y')", "cel:object.s + object.s", "cel:b'a' + b'b'", "cel:object.n + 1", "cel:object.l + object.n",
 		"cel:(object.l + object.l).map(x, x) == object.l + object.l", "cel:['a'] + object.m.j + [object.m]", "cel:['a'].map(x, x in object.l)", "cel:object.s.split(object.n)",
 		"cel:object.s.matches('^[a-c,]+$')", "cel:matches(object.s, 'b')",
+		"cel:timestamp(0).getHours('Europe/Paris')", "cel:timestamp(0).getDayOfWeek('+02:00')", "cel:timestamp(0).getHours(object.s)",
+		"cel:optional.unwrap([optional.of(1), optional.none()])", "cel:[optional.of('x')].unwrapOpt()",
+		"cel:[1, 2].transformMapEntry(i, v, {string(v): v})", "cel:object.m.transformMap(k, v, k)",
 		"cel:object.n.matches('a')", "cel:object.f.format([1.23456, 2.5])", "cel:object.huge.format([1.0])",
 	} {
 		sameAsUnguarded(t, path, obj)
