@@ -76,7 +76,7 @@ func compileCEL(expr string) (c *celExpression, err error) {
 		return nil, fmt.Errorf("invalid CEL expression: %d uses of optMap or optFlatMap, at most %d", n, maxOptMaps)
 	}
 	parsed, issues := env.Parse(expr)
-	if issues.Err() != nil {
+	if hasErrors(issues) {
 		return nil, celIssue(issues.Errors())
 	}
 	nodes := celast.MatchDescendants(celast.NavigateAST(parsed.NativeRep()), everyNode)
@@ -94,7 +94,7 @@ func compileCEL(expr string) (c *celExpression, err error) {
 		return nil, fmt.Errorf("invalid CEL expression: its values' types are too large to check (%d, at most %d): fewer nested lists and maps, or fewer uses of them", work, maxTypeWork)
 	}
 	ast, issues := env.Check(parsed)
-	if issues.Err() != nil {
+	if hasErrors(issues) {
 		return nil, celIssue(issues.Errors())
 	}
 	if err := noMessages(ast); err != nil {
@@ -124,7 +124,9 @@ func compileCEL(expr string) (c *celExpression, err error) {
 		cel.CostLimit(RuntimeCostLimit),
 		cel.CostTracking(workCost{}),
 		cel.CustomDecorator(guard.decorate),
-		cel.InterruptCheckFrequency(100),
+		// Every iteration: one step may hash a 3 MiB map key a thousand
+		// times (about 55 ms), for a cost of one each.
+		cel.InterruptCheckFrequency(1),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("invalid CEL expression: %v", err)
@@ -347,6 +349,13 @@ func mapKeys(ast *cel.Ast) error {
 }
 
 // celIssue turns the first compile error into one line with its position.
+// hasErrors reports whether issues hold an error without formatting them:
+// Issues.Err prints up to 100, each with a caret line built one column at
+// a time (a 4 KB expression with a few hundred errors took 800 MiB).
+func hasErrors(issues *cel.Issues) bool {
+	return issues != nil && len(issues.Errors()) > 0
+}
+
 func celIssue(errs []*common.Error) error {
 	if len(errs) == 0 {
 		return errors.New("invalid CEL expression")
@@ -385,7 +394,7 @@ func (c *celExpression) evaluate(ctx context.Context, obj map[string]any) (any, 
 	// A result that uses a value many times is measured before it is
 	// converted: converting it whole took gigabytes. The measure is never
 	// more than its JSON encoding.
-	if sizeOf(out, MaxValueBytes) > MaxValueBytes {
+	if jsonBytes.size(out, MaxValueBytes) > MaxValueBytes {
 		return nil, false, errValueTooLarge
 	}
 	return toJSON(out)

@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"regexp"
 	"regexp/syntax"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/common/types/traits"
 	"github.com/google/cel-go/interpreter"
+	"github.com/google/cel-go/parser"
 )
 
 // Work limits of single CEL calls.
@@ -40,70 +42,81 @@ import (
 // megabytes before RuntimeCostLimit stops it.
 
 // MaxCallWork bounds the work of one CEL call: roughly bytes of strings
-// plus one per list item, map entry or scalar, for everything it walks or
-// makes. Twice the largest object, so a call over the whole object passes.
+// plus one per scalar and containerWork per list or map, for everything it
+// walks or makes. Twice the largest object, so a call over the whole
+// object passes.
 const MaxCallWork = 2 * MaxObjectBytes
+
+// containerWork is the work of a list or a map besides its items: a call
+// that walks one wraps it for CEL, 250 to 420 bytes each (a list of a
+// million empty maps, 3 MB of JSON, took 1.6 GB to flatten six times when
+// each counted 1).
+const containerWork = 32
 
 // workOf gives, by function name, how much a guarded call walks or makes,
 // measured no further than limit. Functions not listed cost what cel-go
 // charges: their work is bounded by the size of one value, which these
 // calls bound in turn.
 var workOf = map[string]func(args []ref.Val, limit int64) int64{
-	operators.Equals:    equalityWork,
-	operators.NotEquals: equalityWork,
-	operators.In:        inWork,
-	"in":                inWork, // the deprecated spellings of @in
-	operators.OldIn:     inWork,
-	operators.Add:       addWork,
-	"join":              joinWork,
-	"format":            formatWork,
-	"matches":           matchesWork,
-	"flatten":           argsWork,
-	"size":              textWork,
-	"int":               textWork,
-	"uint":              textWork,
-	"double":            textWork,
-	"bool":              textWork,
-	"string":            textWork,
-	"bytes":             textWork,
-	"timestamp":         textWork,
-	"duration":          textWork,
-	"reverse":           argsWork,
-	"slice":             argsWork,
-	"upperAscii":        argsWork,
-	"lowerAscii":        argsWork,
-	"trim":              argsWork,
-	"substring":         argsWork,
-	"charAt":            argsWork,
-	"indexOf":           searchWork,
-	"lastIndexOf":       searchWork,
-	"strings.quote":     quoteWork,
-	"base64.encode":     encodeWork,
-	"base64.decode":     argsWork,
-	"replace":           replaceWork,
-	"split":             splitWork,
-	"lists.range":       rangeWork,
-	"distinct":          distinctWork,
-	"sort":              sortWork,
-	sortByKeys:          sortWork,
-	"sets.contains":     setsWork,
-	"sets.equivalent":   setsEquivalentWork,
-	"sets.intersects":   setsWork,
-	"math.@max":         argsWork,
-	"math.@min":         argsWork,
-	"cel.@mapInsert":    mapInsertWork,
-	"optional.unwrap":   itemsWork,
-	"unwrapOpt":         itemsWork,
-	"getDate":           zoneWork,
-	"getDayOfMonth":     zoneWork,
-	"getDayOfWeek":      zoneWork,
-	"getDayOfYear":      zoneWork,
-	"getFullYear":       zoneWork,
-	"getHours":          zoneWork,
-	"getMilliseconds":   zoneWork,
-	"getMinutes":        zoneWork,
-	"getMonth":          zoneWork,
-	"getSeconds":        zoneWork,
+	operators.Equals:        equalityWork,
+	operators.NotEquals:     equalityWork,
+	operators.In:            inWork,
+	"in":                    inWork, // the deprecated spellings of @in
+	operators.OldIn:         inWork,
+	operators.Add:           addWork,
+	operators.Less:          compareWork,
+	operators.LessEquals:    compareWork,
+	operators.Greater:       compareWork,
+	operators.GreaterEquals: compareWork,
+	"join":                  joinWork,
+	"format":                formatWork,
+	"matches":               matchesWork,
+	"flatten":               argsWork,
+	"size":                  textWork,
+	"int":                   textWork,
+	"uint":                  textWork,
+	"double":                textWork,
+	"bool":                  textWork,
+	"string":                textWork,
+	"bytes":                 textWork,
+	"timestamp":             textWork,
+	"duration":              textWork,
+	"reverse":               argsWork,
+	"slice":                 argsWork,
+	"upperAscii":            argsWork,
+	"lowerAscii":            argsWork,
+	"trim":                  argsWork,
+	"substring":             argsWork,
+	"charAt":                argsWork,
+	"indexOf":               searchWork,
+	"lastIndexOf":           searchWork,
+	"strings.quote":         quoteWork,
+	"base64.encode":         encodeWork,
+	"base64.decode":         argsWork,
+	"replace":               replaceWork,
+	"split":                 splitWork,
+	"lists.range":           rangeWork,
+	"distinct":              distinctWork,
+	"sort":                  sortWork,
+	sortByKeys:              sortByWork,
+	"sets.contains":         setsWork,
+	"sets.equivalent":       setsEquivalentWork,
+	"sets.intersects":       setsWork,
+	"math.@max":             argsWork,
+	"math.@min":             argsWork,
+	"cel.@mapInsert":        mapInsertWork,
+	"optional.unwrap":       itemsWork,
+	"unwrapOpt":             itemsWork,
+	"getDate":               zoneWork,
+	"getDayOfMonth":         zoneWork,
+	"getDayOfWeek":          zoneWork,
+	"getDayOfYear":          zoneWork,
+	"getFullYear":           zoneWork,
+	"getHours":              zoneWork,
+	"getMilliseconds":       zoneWork,
+	"getMinutes":            zoneWork,
+	"getMonth":              zoneWork,
+	"getSeconds":            zoneWork,
 }
 
 // itemsWork: a new list of the argument's items.
@@ -141,9 +154,22 @@ func mapInsertWork(args []ref.Val, _ int64) int64 {
 // sortByKeys is the function the sortBy macro calls.
 const sortByKeys = "@sortByAssociatedKeys"
 
-// sizeOf is the work of walking v, counting a value as often as it is
-// used, stopped once past limit.
-func sizeOf(v ref.Val, limit int64) int64 {
+// measure walks values, counting a value as often as it is used, and
+// stops once past a limit. container is what a list or a map counts
+// besides its items.
+type measure struct{ container int64 }
+
+var (
+	// callWork is the work of a call that walks or copies values.
+	callWork = measure{container: containerWork}
+	// jsonBytes is never more than the values' JSON encoding.
+	jsonBytes = measure{container: 2}
+)
+
+// sizeOf is the work of walking v, stopped once past limit.
+func sizeOf(v ref.Val, limit int64) int64 { return callWork.size(v, limit) }
+
+func (m measure) size(v ref.Val, limit int64) int64 {
 	switch v := v.(type) {
 	case types.String:
 		return int64(len(v)) + 1
@@ -152,86 +178,88 @@ func sizeOf(v ref.Val, limit int64) int64 {
 	case *types.Optional:
 		// == and in compare what an optional holds.
 		if v.HasValue() {
-			return 1 + sizeOf(v.GetValue(), limit)
+			return 1 + m.size(v.GetValue(), limit)
 		}
 		return 1
 	case *orderedMap:
 		if v.strings != nil {
-			return nativeSize(v.strings, limit)
+			return m.native(v.strings, limit)
 		}
 	case *objectList:
-		return nativeSize(v.raw, limit)
+		return m.native(v.raw, limit)
 	case traits.MutableLister:
 		// A comprehension's result while it grows: its Value is stale.
-		n := int64(1)
+		n := m.container
 		for i := types.IntZero; i < v.Size().(types.Int) && n <= limit; i++ {
-			n += sizeOf(v.Get(i), limit-n)
+			n += m.size(v.Get(i), limit-n)
 		}
 		return n
 	}
-	n := int64(1)
+	n := m.container
 	switch v := v.(type) {
 	case traits.Lister:
 		switch raw := v.Value().(type) {
 		case []ref.Val, []any, []string:
-			return nativeSize(raw, limit)
+			return m.native(raw, limit)
 		}
 		for it := v.Iterator(); it.HasNext() == types.True && n <= limit; {
-			n += sizeOf(it.Next(), limit-n)
+			n += m.size(it.Next(), limit-n)
 		}
 	case traits.Mapper:
 		switch raw := v.Value().(type) {
 		case map[ref.Val]ref.Val, map[string]any, map[string]string:
-			return nativeSize(raw, limit)
+			return m.native(raw, limit)
 		}
 		for it := v.Iterator(); it.HasNext() == types.True && n <= limit; {
 			k := it.Next()
-			n += sizeOf(k, limit-n)
+			n += m.size(k, limit-n)
 			if value, found := v.Find(k); found {
-				n += sizeOf(value, limit-n)
+				n += m.size(value, limit-n)
 			}
 		}
+	default:
+		return 1 // a number, a bool, null, a type
 	}
 	return n
 }
 
-// nativeSize is sizeOf for the Go values behind lists and maps: the
+// native is size for the Go values behind lists and maps: the
 // object's own, or cel-go's, walked as they are (an iterator allocates for
 // every item, and the measure must cost less than the work it prevents).
-func nativeSize(v any, limit int64) int64 {
-	n := int64(1)
+func (m measure) native(v any, limit int64) int64 {
+	n := m.container
 	switch v := v.(type) {
 	case string:
 		return int64(len(v)) + 1
 	case ref.Val:
-		return sizeOf(v, limit)
+		return m.size(v, limit)
 	case map[string]any:
 		for k, child := range v {
 			if n > limit {
 				break
 			}
-			n += int64(len(k)) + 1 + nativeSize(child, limit-n)
+			n += int64(len(k)) + 1 + m.native(child, limit-n)
 		}
 	case map[ref.Val]ref.Val:
 		for k, child := range v {
 			if n > limit {
 				break
 			}
-			n += sizeOf(k, limit-n) + sizeOf(child, limit-n)
+			n += m.size(k, limit-n) + m.size(child, limit-n)
 		}
 	case []any:
 		for _, child := range v {
 			if n > limit {
 				break
 			}
-			n += nativeSize(child, limit-n)
+			n += m.native(child, limit-n)
 		}
 	case []ref.Val:
 		for _, child := range v {
 			if n > limit {
 				break
 			}
-			n += sizeOf(child, limit-n)
+			n += m.size(child, limit-n)
 		}
 	case []string:
 		for _, child := range v {
@@ -300,13 +328,25 @@ func inWork(args []ref.Val, limit int64) int64 {
 	return sizeOf(args[0], limit)
 }
 
-// addWork: what + copies. A comprehension's result list grows in place
-// by the item added; other lists are concatenated whole (concatenation).
+// addWork: what + copies. A macro's hidden result list grows in place by
+// the item added; other lists are concatenated whole (concatenation). Any
+// other mutable list is an empty accumulator cel-go made mutable, which
+// never grows (concatenation copies it), so it costs nothing either.
 func addWork(args []ref.Val, _ int64) int64 {
 	if _, ok := args[0].(traits.MutableLister); ok {
 		return copied(args[1])
 	}
 	return add(copied(args[0]), copied(args[1]))
+}
+
+// compareWork: <, <=, > and >= on strings or bytes read up to the shorter
+// one. Typed operands are charged that by cel-go; dyn ones (any value of
+// the object) are dispatched at runtime and charged 1.
+func compareWork(args []ref.Val, _ int64) int64 {
+	if len(args) != 2 {
+		return 1
+	}
+	return min(textWork(args[:1], 0), textWork(args[1:], 0))
 }
 
 // copied is what copying a value costs: its bytes, or its items at 4
@@ -328,10 +368,15 @@ func copied(v ref.Val) int64 {
 // goes down the chain and back, so l + l + … (twenty times) took seconds
 // and gigabytes to join, in one call nothing interrupts. The copy costs
 // its length, which + is charged.
-func concatenation(a, b ref.Val) (ref.Val, bool) {
+//
+// A mutable list is copied too, unless it is a macro's hidden result
+// (inPlace): cel-go makes any empty accumulator mutable, and optMap's is
+// the user's variable, so v + [v] appended v to itself (a list that holds
+// itself: walking it overflowed the stack and ended the process).
+func concatenation(a, b ref.Val, inPlace bool) (ref.Val, bool) {
 	la, ok1 := a.(traits.Lister)
 	lb, ok2 := b.(traits.Lister)
-	if _, mutable := a.(traits.MutableLister); !ok1 || !ok2 || mutable {
+	if _, mutable := a.(traits.MutableLister); !ok1 || !ok2 || (mutable && inPlace) {
 		return nil, false
 	}
 	items := make([]ref.Val, 0, int(la.Size().(types.Int))+int(lb.Size().(types.Int)))
@@ -541,8 +586,23 @@ func distinctWork(args []ref.Val, limit int64) int64 {
 
 // sortWork: n log n comparisons of items.
 func sortWork(args []ref.Val, limit int64) int64 {
-	n := sizeOf(args[0], limit)
-	l, ok := args[0].(traits.Lister)
+	return sortedWork(args[0], args[0], limit)
+}
+
+// sortByWork: sortBy compares the keys (the second argument), not the
+// items it reorders.
+func sortByWork(args []ref.Val, limit int64) int64 {
+	if len(args) != 2 {
+		return argsWork(args, limit)
+	}
+	return add(sizeOf(args[0], limit), sortedWork(args[0], args[1], limit))
+}
+
+// sortedWork: n log n comparisons of the items of compared, n the length
+// of list.
+func sortedWork(list, compared ref.Val, limit int64) int64 {
+	n := sizeOf(compared, limit)
+	l, ok := list.(traits.Lister)
 	if !ok {
 		return n
 	}
@@ -628,6 +688,8 @@ func (g *callGuard) decorate(i interpreter.Interpretable) (interpreter.Interpret
 	}
 	guarded := &guardedCall{InterpretableCall: call, work: work}
 	switch call.Function() {
+	case operators.Add:
+		guarded.growsInPlace = readsHiddenResult(call.Args()[0])
 	case operators.Equals, operators.NotEquals:
 		return guarded, nil
 	case "matches":
@@ -653,6 +715,20 @@ type guardedCall struct {
 	impl *functions.Overload
 	// regex is the constant pattern of matches, compiled once.
 	regex *regexp.Regexp
+	// growsInPlace: a + whose left side is a macro's hidden result, the
+	// one list that may grow in place (concatenation).
+	growsInPlace bool
+}
+
+// readsHiddenResult reports whether i reads the hidden result variable of
+// the macros (map, filter, …), which no expression can name.
+func readsHiddenResult(i interpreter.Interpretable) bool {
+	a, ok := i.(interpreter.InterpretableAttribute)
+	if !ok {
+		return false
+	}
+	ns, ok := a.Attr().(interpreter.NamespacedAttribute)
+	return ok && slices.Equal(ns.CandidateVariableNames(), []string{parser.HiddenAccumulatorName})
 }
 
 // compileRegex compiles the constant pattern of a call of matches, when it
@@ -714,8 +790,15 @@ func (c *guardedCall) Eval(act interpreter.Activation) ref.Val {
 	vals := make([]ref.Val, len(args))
 	for i, arg := range args {
 		vals[i] = arg.Eval(act)
-		if types.IsUnknownOrError(vals[i]) {
+		// As cel-go: a call of one or two arguments evaluates both before
+		// it looks for an error, one of more stops at the first.
+		if len(args) > 2 && types.IsUnknownOrError(vals[i]) {
 			return vals[i]
+		}
+	}
+	for _, v := range vals {
+		if types.IsUnknownOrError(v) {
+			return v
 		}
 	}
 	if c.work(vals, MaxCallWork) > MaxCallWork {
@@ -740,7 +823,7 @@ func (c *guardedCall) invoke(args []ref.Val) ref.Val {
 		return equal
 	}
 	if c.Function() == operators.Add {
-		if joined, ok := concatenation(args[0], args[1]); ok {
+		if joined, ok := concatenation(args[0], args[1], c.growsInPlace); ok {
 			return joined
 		}
 	}

@@ -21,7 +21,8 @@ func times(e string, n int, sep string) string {
 }
 
 // bigObject is an object near the API server's request limit: a map of
-// 100,000 keys, a list of 100,000 strings, strings of 2 MiB and 1 MiB.
+// 100,000 keys, a list of 100,000 strings, strings of 2 MiB and 1 MiB, a
+// list of 500,000 empty maps.
 func bigObject() map[string]any {
 	m := make(map[string]any, 100_000)
 	l := make([]any, 100_000)
@@ -33,7 +34,16 @@ func bigObject() map[string]any {
 	for i := range nums {
 		nums[i] = 1.5
 	}
-	return map[string]any{"m": m, "l": l, "s": strings.Repeat("b", 2<<20), "a": strings.Repeat("a", 1<<20),
+	empties := make([]any, 500_000)
+	for i := range empties {
+		empties[i] = map[string]any{}
+	}
+	xy := make([]any, 30_000)
+	for i := range xy {
+		xy[i] = []string{"x", "y"}[i%2]
+	}
+	a := strings.Repeat("a", 1<<20)
+	return map[string]any{"m": m, "l": l, "s": strings.Repeat("b", 2<<20), "a": a, "a2": strings.Clone(a), "le": empties, "xy": xy,
 		"a4": strings.Repeat("a", 400_000), "sub": strings.Repeat("a", 200_000) + "b",
 		"f": strings.Repeat("%.999999f", 300), "nums": nums, "re": strings.Repeat(".{1000}", 3000),
 		"u": strings.Repeat("é", 1<<20), "pl": "[" + strings.Repeat(`\pL`, 4096)}
@@ -102,6 +112,13 @@ func TestCallsAreBoundedByTheirWork(t *testing.T) {
 		"cel:lists.range(40).map(j, [1].transformMapEntry(i, v, object.m).size()).size()",
 		"cel:[lists.range(20000).map(x, optional.of(x))].map(L, lists.range(1000).map(j, optional.unwrap(L).size()).size())",
 		"cel:[lists.range(20000).map(x, optional.of(x))].map(L, lists.range(1000).map(j, L.unwrapOpt().size()).size())",
+		// Found by review (helper 46): empty maps counted 1 each, sortBy's
+		// keys not measured, < on dyn strings charged 1.
+		"cel:[" + times("object.le", 6, ", ") + "].flatten().size()",
+		"cel:[" + times("object.le == object.le", 9, ", ") + "]",
+		"cel:'%s'.format([object.le]).size()",
+		"cel:[object].map(o, o.xy.sortBy(x, x == 'x' ? o.a : o.a2).size())",
+		"cel:[object].map(o, lists.range(20000).map(i, o.a < o.a2).size())",
 	} {
 		expr, err := Compile(path)
 		if err != nil {
@@ -185,6 +202,10 @@ func TestCompileIsBounded(t *testing.T) {
 		"cel:['x'].map(a, " + strings.Repeat("[", 46) + "a" + strings.Repeat("]", 46) + ").map(y, [" + times("y", 1900, ",") + "]).size()",
 		// Found by review (helper 45): transformMap(k, v, k) grows its key type.
 		"cel:[" + keyed(6) + "].map(w, [" + times("w", 300, ", ") + "]).size()",
+		// Found by review (helper 46): the errors' display, one caret line
+		// built a column at a time, for each of a hundred errors.
+		"cel:'" + strings.Repeat("a", 3885) + "' " + strings.Repeat("@", 200),
+		"cel:'" + strings.Repeat("a", 2800) + "' == '' || " + times("(1 in 1)", 100, " || "),
 	} {
 		var before, after runtime.MemStats
 		runtime.GC()
@@ -222,6 +243,32 @@ func TestOrdinaryLoopsPass(t *testing.T) {
 		"cel:object.items.map(x, x.data.upperAscii().size()).size()",
 	} {
 		sameAsUnguarded(t, path, obj)
+	}
+}
+
+// TestAccumulatorsAreValues: optMap binds its variable as a comprehension's
+// accumulator, which cel-go makes a list that grows in place when it
+// starts empty: v + [v] put v inside itself, and measuring or comparing
+// it overflowed the stack, which ends the process (found by review,
+// helper 46). A + copies such a list, as CEL means it to.
+func TestAccumulatorsAreValues(t *testing.T) {
+	obj := map[string]any{"e": []any{}}
+	for path, want := range map[string]string{
+		"cel:optional.of(dyn([])).optMap(v, v + [v] == v).value()":                         "false",
+		"cel:object.?e.optMap(v, [v + [1], v + [2]]).value()":                              "[[1],[2]]",
+		"cel:object.?e.optMap(v, [object.missing == (v + [1]) || true, v.size()]).value()": "[true,0]",
+		"cel:'%s'.format([optional.of(dyn([])).optMap(v, v + [v]).value()])":               `"[[]]"`,
+		"cel:object.?e.optFlatMap(v, optional.of(v + [v] + [v])).value().size()":           "2",
+		"cel:[1, 2, 3].map(x, x * 2)":                                                      "[2,4,6]",
+	} {
+		expr, err := Compile(path)
+		if err != nil {
+			t.Errorf("%s: %v", path, err)
+			continue
+		}
+		if got := outcome(t, expr, obj); got != want {
+			t.Errorf("%s: %s, want %s", path, got, want)
+		}
 	}
 }
 
@@ -352,5 +399,44 @@ func TestRegexSizesStayBounded(t *testing.T) {
 	args := []ref.Val{types.String(strings.Repeat("a", 1000)), types.String("^never compiled$")}
 	if got, want := matchesWork(args, MaxCallWork), matchWork(1000, maxRegexInstructions); got != want {
 		t.Errorf("a pattern not kept: work %d, want %d", got, want)
+	}
+}
+
+// TestRecursiveDescentIsBounded: {..a} walks every byte of every string as
+// a value, and sorts its matches by their JSON encoding, a nested match
+// once per level above it; over a 2 MiB string it allocated 247 MiB, 100
+// maps deep 645 MiB (found by review, helper 46). Such an object is
+// refused for a recursive path, before the walk; a small one is not.
+func TestRecursiveDescentIsBounded(t *testing.T) {
+	const allowed = 64 << 20
+	for _, depth := range []int{1, 100} {
+		var v any = strings.Repeat("b", 2<<20)
+		for range depth {
+			v = map[string]any{"a": v}
+		}
+		expr, err := Compile("{..a}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		value, _, err := expr.Evaluate(context.Background(), map[string]any{"x": v})
+		runtime.ReadMemStats(&after)
+		if err == nil || !strings.Contains(err.Error(), "recursive descent (..) would walk more than 3 MiB") {
+			t.Errorf("depth %d: %.80v, %v; want it refused", depth, value, err)
+		}
+		if n := after.TotalAlloc - before.TotalAlloc; n > allowed {
+			t.Errorf("depth %d: allocated %d MiB, want at most %d", depth, n>>20, allowed>>20)
+		}
+	}
+	pod := map[string]any{"spec": map[string]any{"containers": []any{
+		map[string]any{"name": "a", "image": "r/a:1"}, map[string]any{"name": "b", "image": "r/b:2", "env": strings.Repeat("e", 100_000)}}}}
+	expr, err := Compile("{..image}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if value, found, err := expr.Evaluate(context.Background(), pod); err != nil || !found || fmt.Sprint(value) != "[r/a:1 r/b:2]" {
+		t.Errorf("{..image} of a pod: %v, %v, %v", value, found, err)
 	}
 }

@@ -20,6 +20,9 @@ type jsonPathExpression struct {
 	// multi is true when the template can match several values, so that
 	// results are always a list.
 	multi bool
+	// recursive: the path has a recursive descent (..), whose work
+	// descentWork bounds.
+	recursive bool
 	// unordered is true when the template has a wildcard (.*) or recursive
 	// descent (..), which visit maps in no particular order: results are
 	// then sorted, so that an unchanged object yields an unchanged value.
@@ -53,6 +56,7 @@ func compileJSONPath(path string) (*jsonPathExpression, error) {
 		template:  path,
 		multi:     len(parser.Root.Nodes) > 1 || anyNode(parser.Root, selectsMany),
 		unordered: anyNode(parser.Root, visitsMaps),
+		recursive: anyNode(parser.Root, func(n jsonpath.Node) bool { return n.Type() == jsonpath.NodeRecursive }),
 	}
 	// A dry run catches what the parser accepts but no evaluation can
 	// succeed with, such as an {end} without {range}.
@@ -173,7 +177,56 @@ func isSingleIndex(n *jsonpath.ArrayNode) bool {
 }
 
 func (j *jsonPathExpression) evaluate(obj map[string]any) (value any, found bool, err error) {
+	if j.recursive && descentWork(obj, maxDescentWork) > maxDescentWork {
+		return nil, false, errDescentTooLarge
+	}
 	return j.run(obj, j.unordered)
+}
+
+// maxDescentWork bounds what a recursive descent (..) walks in one
+// object. client-go's evaluator walks every byte of every string as a
+// value of its own, and the matches are sorted by their JSON encoding,
+// which encodes a nested match once for every level that holds it: {..a}
+// over a 2 MiB string allocated 247 MiB, over the same string 100 maps
+// deep 645 MiB. At this bound an evaluation allocates about 125 MiB.
+const maxDescentWork = MaxObjectBytes
+
+var errDescentTooLarge = fmt.Errorf("a recursive descent (..) would walk more than %d MiB of this object (strings count every byte, nested values once for each level above them): name the fields to read instead", maxDescentWork>>20)
+
+// descentWork is what a recursive descent over v walks, as
+// maxDescentWork counts it, stopped once past limit: every string's
+// bytes, and the JSON size of every map and list.
+func descentWork(v any, limit int64) int64 {
+	var work int64
+	var size func(v any) int64 // the JSON size of v, adding to work
+	size = func(v any) int64 {
+		if work > limit {
+			return 0
+		}
+		switch v := v.(type) {
+		case string:
+			work += int64(len(v))
+			return int64(len(v)) + 2
+		case map[string]any:
+			n := int64(2)
+			for k, child := range v {
+				n += int64(len(k)) + 4 + size(child)
+			}
+			work += n
+			return n
+		case []any:
+			n := int64(2)
+			for _, child := range v {
+				n += 1 + size(child)
+			}
+			work += n
+			return n
+		default:
+			return 4 // a number, a bool, null
+		}
+	}
+	size(v)
+	return work
 }
 
 // run evaluates the template. An index out of range is not found. With

@@ -117,7 +117,7 @@ func celFields(expr string) ([]fieldPath, bool) {
 		return nil, false
 	}
 	parsed, iss := env.Parse(expr)
-	if iss.Err() != nil {
+	if len(iss.Errors()) > 0 { // not iss.Err(): it formats them all
 		return nil, false
 	}
 	root := celast.NavigateAST(parsed.NativeRep())
