@@ -89,6 +89,9 @@ type Server struct {
 	ClusterItems *clusterinventoryitem.Writer
 	// SinkExports writes the exporters' status entries in process.
 	SinkExports *common.SinkExportWriter
+	// FirstEntries is where the export controller, while it runs, gives
+	// new inventories the status entries it knows at once.
+	FirstEntries *common.FirstEntries
 	// ListWatches list and watch the resources in process, for the
 	// controllers' informers.
 	ListWatches *ListWatches
@@ -142,6 +145,8 @@ type withStatus func(*runtime.Scheme, generic.RESTOptionsGetter, common.Options)
 func (s *Server) buildStorage(getter generic.RESTOptionsGetter, opts common.Options) (map[string]rest.Storage, error) {
 	storage := map[string]rest.Storage{}
 	s.SinkExports = &common.SinkExportWriter{}
+	s.FirstEntries = &common.FirstEntries{}
+	opts.FirstEntries = s.FirstEntries
 	// The tenancy checks read Scopes, ClusterScopes and Profiles through
 	// their storage, in process, and count what the quotas limit; the kinds
 	// they check are built with them.
@@ -194,6 +199,12 @@ func (s *Server) buildStorage(getter generic.RESTOptionsGetter, opts common.Opti
 			ClusterInventories: storage["clusterinventories"].(rest.Lister),
 			Sinks:              []rest.Lister{storage["snapshotsinks"].(rest.Lister), storage["databasesinks"].(rest.Lister), storage["eventsinks"].(rest.Lister)},
 		},
+	})
+
+	s.FirstEntries.ReadSinksWith(map[v1alpha1.SinkFamily]rest.Getter{
+		v1alpha1.SinkFamilySnapshot: storage["snapshotsinks"].(rest.Getter),
+		v1alpha1.SinkFamilyDatabase: storage["databasesinks"].(rest.Getter),
+		v1alpha1.SinkFamilyEvent:    storage["eventsinks"].(rest.Getter),
 	})
 
 	items, itemWriter, err := inventoryitem.NewREST(Scheme, getter, opts)

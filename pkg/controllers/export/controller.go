@@ -57,6 +57,7 @@ import (
 	kollectinformers "kollect.dev/kollect/pkg/generated/informers/externalversions"
 	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/netguard"
+	"kollect.dev/kollect/pkg/registry/kollect/common"
 	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
@@ -118,6 +119,10 @@ type Config struct {
 	RequesterMaxAge time.Duration
 	// SinkExports stores the exporters' status entries, in process.
 	SinkExports SinkExportWriter
+	// FirstEntries, when set, is offered the controller (once its caches
+	// are synced, until it stops) to give new inventories the entries it
+	// knows at once (firstentries.go).
+	FirstEntries *common.FirstEntries
 	// Informers, when set, list and watch this server's kinds in process
 	// (the loopback client otherwise).
 	Informers informers.Source
@@ -282,6 +287,13 @@ func (c *Controller) Run(ctx context.Context) error {
 		if !synced {
 			return nil
 		}
+	}
+	if c.cfg.FirstEntries != nil {
+		// Withdrawn as soon as the controller stops: the caches stop with
+		// it, and so does the recording of Events.
+		withdraw := c.cfg.FirstEntries.Offer(c)
+		defer context.AfterFunc(ctx, withdraw)()
+		defer withdraw()
 	}
 	logger.Info("Exporter started")
 
@@ -1012,9 +1024,7 @@ func (c *Controller) writeEntries(ctx context.Context, t entryTarget, b *entryBa
 		copy(rvs, wrote)
 		copy(errs, outcomes)
 	}
-	type event struct{ rv, reason string }
-	var order []event
-	notes := map[event][]sinkNote{}
+	var w warnings
 	// last holds each exporter's last entry in the batch: an earlier one
 	// (a restarted exporter's) was written over, and says nothing now.
 	last := map[exporterKey]int{}
@@ -1031,14 +1041,10 @@ func (c *Controller) writeEntries(ctx context.Context, t entryTarget, b *entryBa
 			continue
 		}
 		k := b.keys[i]
-		ev := event{rv: rvs[i], reason: b.entries[i].Reason}
-		if _, ok := notes[ev]; !ok {
-			order = append(order, ev)
-		}
-		notes[ev] = append(notes[ev], sinkNote{sink: fmt.Sprintf("%s %s/%s", k.family, k.namespace, k.name), text: b.warnings[i]})
+		w.add(rvs[i], b.entries[i].Reason, k.family, k.namespace, k.name, b.warnings[i])
 	}
 	uid := t.uid
-	if uid == "" && len(order) > 0 {
+	if uid == "" && len(w.order) > 0 {
 		// A write for whatever object holds the name: the cache's.
 		obj, err := c.getInventory(t.inv)
 		if err != nil || obj == nil {
@@ -1046,10 +1052,34 @@ func (c *Controller) writeEntries(ctx context.Context, t entryTarget, b *entryBa
 		}
 		uid = string(obj.GetUID())
 	}
-	for _, ev := range order {
-		c.warnAt(t.inv, uid, ev.rv, ev.reason, joinNotes(notes[ev]))
-	}
+	w.emit(c, t.inv, uid)
 	return errs
+}
+
+// warnings are the Warning Events of entries written together: one per
+// write (resourceVersion) and reason, its note naming every sink.
+type warnings struct {
+	order []warning
+	notes map[warning][]sinkNote
+}
+
+type warning struct{ rv, reason string }
+
+func (w *warnings) add(rv, reason string, family v1alpha1.SinkFamily, namespace, name, text string) {
+	ev := warning{rv: rv, reason: reason}
+	if w.notes == nil {
+		w.notes = map[warning][]sinkNote{}
+	}
+	if _, ok := w.notes[ev]; !ok {
+		w.order = append(w.order, ev)
+	}
+	w.notes[ev] = append(w.notes[ev], sinkNote{sink: fmt.Sprintf("%s %s/%s", family, namespace, name), text: text})
+}
+
+func (w *warnings) emit(c *Controller, k invKey, uid string) {
+	for _, ev := range w.order {
+		c.warnAt(k, uid, ev.rv, ev.reason, joinNotes(w.notes[ev]))
+	}
 }
 
 // resolved is an exporter's configuration for one run, read from the caches.
@@ -1069,7 +1099,7 @@ type resolved struct {
 func (r *resolved) entrySays(outcome v1alpha1.ExportOutcome, reason, message string) bool {
 	e := r.entry
 	return e != nil && e.Outcome == outcome && e.Reason == reason && e.ObservedGeneration == r.generation &&
-		e.Message == strings.ToValidUTF8(truncate(message, 1024), "")
+		e.Message == entryMessage(message)
 }
 
 // resolveFailure is a reference that does not resolve; reported as the entry's reason.
@@ -1112,16 +1142,13 @@ func (c *Controller) resolve(ctx context.Context, k exporterKey) (*resolved, err
 	if ref == nil {
 		return nil, errors.New("reference removed")
 	}
-	if c.cfg.TenantMode && k.inv.Cluster {
-		d := tenancy.TenantModeDenial(k.inv.kind())
-		return out, &resolveFailure{reason: d.Reason, message: d.Message}
-	}
 	kind, refType := k.inv.kind(), string(k.family)+"Sink"
-	sinkObj, err := c.sinkObject(sinkKey{family: k.family, namespace: k.namespace, name: k.name})
-	if apierrors.IsNotFound(err) {
-		metrics.Resolved(kind, refType, metrics.ResolutionNotFound)
-		return out, &resolveFailure{reason: v1alpha1.ReasonSinkNotFound,
-			message: fmt.Sprintf("%s %s/%s does not exist", refType, k.namespace, k.name)}
+	sinkObj, failure, err := c.resolveCached(k)
+	if failure != nil {
+		if failure.reason == v1alpha1.ReasonSinkNotFound {
+			metrics.Resolved(kind, refType, metrics.ResolutionNotFound)
+		}
+		return out, failure
 	}
 	if err != nil {
 		return nil, err
@@ -1160,6 +1187,22 @@ func (c *Controller) resolve(ctx context.Context, k exporterKey) (*resolved, err
 	metrics.Resolved(kind, refType, metrics.ResolutionOK)
 	out.interval = EffectiveInterval(ref.interval, sinkObj.interval, spec.interval, limits.Floor())
 	return out, nil
+}
+
+// resolveCached runs the checks of resolve that read nothing but the
+// caches, in resolve's order: tenant mode exports no ClusterInventory, and
+// the sink must exist.
+func (c *Controller) resolveCached(k exporterKey) (*sinkObject, *resolveFailure, error) {
+	if c.cfg.TenantMode && k.inv.Cluster {
+		d := tenancy.TenantModeDenial(k.inv.kind())
+		return nil, &resolveFailure{reason: d.Reason, message: d.Message}, nil
+	}
+	sinkObj, err := c.sinkObject(sinkKey{family: k.family, namespace: k.namespace, name: k.name})
+	if apierrors.IsNotFound(err) {
+		return nil, &resolveFailure{reason: v1alpha1.ReasonSinkNotFound,
+			message: fmt.Sprintf("%sSink %s/%s does not exist", k.family, k.namespace, k.name)}, nil
+	}
+	return sinkObj, nil, err
 }
 
 // limits are the Scopes of the inventory's namespace, or the ClusterScopes

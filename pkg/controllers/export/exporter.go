@@ -510,7 +510,7 @@ func (e *exporter) report(ctx context.Context, cfg *resolved, u entryUpdate) (st
 		// Only what the sink acknowledged.
 		Cursor:              e.cursor,
 		ConsecutiveFailures: int32(min(e.failures, 1<<30)),
-		Reason:              u.reason, Message: strings.ToValidUTF8(truncate(u.message, 1024), ""),
+		Reason:              u.reason, Message: entryMessage(u.message),
 		LastChecksum: u.checksum,
 	}
 	if u.outcome != v1alpha1.OutcomeFailed {
@@ -541,6 +541,9 @@ func (e *exporter) report(ctx context.Context, cfg *resolved, u entryUpdate) (st
 }
 
 // truncate cuts s to at most n bytes, on a character boundary.
+// entryMessage is a message as a status entry holds it.
+func entryMessage(msg string) string { return strings.ToValidUTF8(truncate(msg, 1024), "") }
+
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s

@@ -25,6 +25,9 @@ type SpecStatus[T runtime.Object, Spec, Status any] struct {
 	// Derive, when set, recomputes the status fields derived on write from
 	// the object's generation, spec and reported observations.
 	Derive func(obj T, now metav1.Time)
+	// Start, when set, fills in the observations a new object starts with
+	// (FirstEntries), before its status is derived from them.
+	Start func(ctx context.Context, obj T)
 	// Validate, ValidateUpdate and ValidateStatus check user and controller input.
 	Validate       func(obj T) field.ErrorList
 	ValidateUpdate func(obj, old T) field.ErrorList
@@ -55,8 +58,9 @@ type mainStrategy[T runtime.Object, P, S any] struct {
 	kind SpecStatus[T, P, S]
 }
 
-// PrepareForCreate starts at generation 1 with no reported status; derived
-// status starts from there, and the requester is the user who asks.
+// PrepareForCreate starts at generation 1 with no reported status but the
+// observations the kind starts with (Start); derived status starts from
+// there, and the requester is the user who asks.
 func (s mainStrategy[T, P, S]) PrepareForCreate(ctx context.Context, obj runtime.Object) {
 	o := obj.(T)
 	var none S
@@ -65,6 +69,9 @@ func (s mainStrategy[T, P, S]) PrepareForCreate(ctx context.Context, obj runtime
 	m.Generation = 1
 	if s.kind.Finalizer != "" && !slices.Contains(m.Finalizers, s.kind.Finalizer) {
 		m.Finalizers = append(m.Finalizers, s.kind.Finalizer)
+	}
+	if s.kind.Start != nil {
+		s.kind.Start(ctx, o)
 	}
 	if s.kind.Derive != nil {
 		s.kind.Derive(o, s.Now())

@@ -44,6 +44,9 @@ type Kind struct {
 	// Stored, when set, is given every object this replica creates,
 	// updates or deletes, as stored (tenancy.Checker.ScopeStored).
 	Stored func(obj runtime.Object)
+	// Created, when set, is given every object this replica creates, as
+	// stored; dry runs store nothing and are not given.
+	Created func(obj runtime.Object)
 }
 
 // Admission checks a write against state outside the object: who is asking,
@@ -92,8 +95,17 @@ func NewStore(k Kind, optsGetter generic.RESTOptionsGetter) (*genericregistry.St
 		ResetFieldsStrategy:       k.Strategy,
 		TableConvertor:            k.Table,
 	}
+	if k.Stored != nil || k.Created != nil {
+		store.AfterCreate = func(obj runtime.Object, options *metav1.CreateOptions) {
+			if k.Stored != nil {
+				k.Stored(obj)
+			}
+			if k.Created != nil && (options == nil || !dryrun.IsDryRun(options.DryRun)) {
+				k.Created(obj)
+			}
+		}
+	}
 	if k.Stored != nil {
-		store.AfterCreate = func(obj runtime.Object, _ *metav1.CreateOptions) { k.Stored(obj) }
 		store.AfterUpdate = func(obj runtime.Object, _ *metav1.UpdateOptions) { k.Stored(obj) }
 		store.AfterDelete = func(obj runtime.Object, _ *metav1.DeleteOptions) { k.Stored(obj) }
 	}

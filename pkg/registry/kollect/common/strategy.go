@@ -123,6 +123,9 @@ type Options struct {
 	// own Scope, ClusterScope and Profile storage before it builds the kinds
 	// that need it; nil runs no checks.
 	Checker *tenancy.Checker
+	// FirstEntries, when set, gives new inventories the status entries
+	// the export controller knows at once.
+	FirstEntries *FirstEntries
 }
 
 // SinkValidation is the validation.Options of the three sink kinds.

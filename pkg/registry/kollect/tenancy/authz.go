@@ -98,6 +98,25 @@ func useAttributes(r referenced, namespace, name string) authorizer.AttributesRe
 	}
 }
 
+// MayGet reports whether the user of the request may get one of this
+// server's objects (resource, namespace, name; an empty name asks for
+// all of them). Without an authorizer, every user may.
+func (c *Checker) MayGet(ctx context.Context, resource, namespace, name string) bool {
+	if c == nil || c.cfg.Authorizer == nil {
+		return true
+	}
+	ok, _ := c.authorize(ctx, authorizer.AttributesRecord{
+		Verb:            "get",
+		Namespace:       namespace,
+		APIGroup:        kollect.GroupName,
+		APIVersion:      v1alpha1.SchemeGroupVersion.Version,
+		Resource:        resource,
+		Name:            name,
+		ResourceRequest: true,
+	})
+	return ok
+}
+
 // Secrets a sink uses are read on the authority of the user recorded on
 // the sink, who must be allowed to read them; exports on the authority of
 // the inventory's requester, who must be allowed to read the items.

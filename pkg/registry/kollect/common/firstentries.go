@@ -1,0 +1,129 @@
+package common
+
+import (
+	"context"
+	"sync/atomic"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+)
+
+// FirstEntries lets the running export controller give a new inventory the
+// status entries its exporters would write the moment they start, when
+// the controller's caches alone decide them (a sink that does not exist).
+// The create stores them with the object and derives its conditions from
+// them, so a new inventory whose sink is missing is one write, not two,
+// and reads as Degraded from the create's own answer on. The exporters
+// find their entries already there and write nothing.
+//
+// The controller's caches may lag: a sink created a moment before the
+// inventory may not be there yet. So a sink they miss is read again
+// through its storage, a consistent read, and only a sink that is really
+// missing gets an entry.
+//
+// The entries tell whether a sink exists, so they are given only to a user
+// who may read the inventory they create, who would see them there.
+//
+// Without a source (a replica that does not lead, a controller whose
+// caches are not synced yet or that is stopping) a new inventory starts
+// with no entries and its exporters write them, as they always could.
+type FirstEntries struct {
+	source atomic.Pointer[offered]
+	// sinks reads the sinks through their storage, by family.
+	sinks map[v1alpha1.SinkFamily]rest.Getter
+}
+
+// ReadSinksWith sets how sinks are read: the server calls it once its
+// storage is built, before it serves.
+func (f *FirstEntries) ReadSinksWith(sinks map[v1alpha1.SinkFamily]rest.Getter) { f.sinks = sinks }
+
+// offered boxes a source so that only the offer that set it withdraws it.
+type offered struct{ FirstEntrySource }
+
+// FirstEntrySource is the export controller's side of FirstEntries.
+type FirstEntrySource interface {
+	// FirstEntries returns the entries of a new inventory, a v1alpha1
+	// Inventory or ClusterInventory as the create will store it
+	// (generation 1, no status yet).
+	FirstEntries(obj metav1.Object) []v1alpha1.SinkExportStatus
+	// Created is given the stored inventory, whose entries are those
+	// FirstEntries gave: it emits the Warning Events the exporters would
+	// have emitted on writing them.
+	Created(obj metav1.Object)
+}
+
+// Offer makes s the source of first entries until the returned withdraw
+// is called.
+func (f *FirstEntries) Offer(s FirstEntrySource) (withdraw func()) {
+	box := &offered{s}
+	f.source.Store(box)
+	return func() { f.source.CompareAndSwap(box, nil) }
+}
+
+// Source returns the source offered, nil when none is.
+func (f *FirstEntries) Source() FirstEntrySource {
+	if f == nil {
+		return nil
+	}
+	if box := f.source.Load(); box != nil {
+		return box.FirstEntrySource
+	}
+	return nil
+}
+
+// Entries returns the first entries of obj, an inventory of the internal
+// version being created, which the source reads as scheme converts it into
+// versioned: the SinkNotFound entries of sinks that are missing, when
+// mayRead says the requesting user may read the inventory. Without a
+// source it returns none.
+func (f *FirstEntries) Entries(ctx context.Context, scheme *runtime.Scheme, obj, versioned runtime.Object, mayRead func(context.Context) bool) []kollect.SinkExportStatus {
+	src := f.Source()
+	if src == nil {
+		return nil
+	}
+	if err := scheme.Convert(obj, versioned, nil); err != nil {
+		return nil
+	}
+	first := src.FirstEntries(versioned.(metav1.Object))
+	if len(first) == 0 || !mayRead(ctx) {
+		return nil
+	}
+	var out []kollect.SinkExportStatus
+	for _, e := range first {
+		var in kollect.SinkExportStatus
+		if e.Reason == v1alpha1.ReasonSinkNotFound && f.missing(ctx, e.Family, e.Namespace, e.Name) &&
+			v1alpha1.Convert_v1alpha1_SinkExportStatus_To_kollect_SinkExportStatus(&e, &in, nil) == nil {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// missing reports whether a sink is missing from storage; unsure (no way
+// to read it, any other error) is not missing.
+func (f *FirstEntries) missing(ctx context.Context, family v1alpha1.SinkFamily, namespace, name string) bool {
+	g := f.sinks[family]
+	if g == nil {
+		return false
+	}
+	_, err := g.Get(genericapirequest.WithNamespace(ctx, namespace), name, &metav1.GetOptions{})
+	return apierrors.IsNotFound(err)
+}
+
+// Created tells the source of a stored inventory that started with first
+// entries, converted by scheme into versioned.
+func (f *FirstEntries) Created(scheme *runtime.Scheme, obj, versioned runtime.Object) {
+	src := f.Source()
+	if src == nil {
+		return
+	}
+	if err := scheme.Convert(obj, versioned, nil); err == nil {
+		src.Created(versioned.(metav1.Object))
+	}
+}
