@@ -72,7 +72,8 @@ func TestEvaluate(t *testing.T) {
 		{name: "jsonpath bad index", path: "{.spec.containers[x]}", compileErr: "invalid JSONPath"},
 		{name: "jsonpath text between blocks", path: "{.metadata.name}-{.metadata.namespace}", compileErr: "text outside {}"},
 		{name: "jsonpath string literal", path: `{"literal"}`, compileErr: "string literals"},
-		{name: "jsonpath end without range", path: "{end}", compileErr: "not in range"},
+		{name: "jsonpath end without range", path: "{end}", compileErr: "{end} without its {range}"},
+		{name: "jsonpath range without end", path: "{range .spec.containers[*]}{.name}", compileErr: "{range} without its {end}"},
 
 		// CEL
 		{name: "cel scalar", path: "cel:object.spec.replicas", want: int64(3), wantFound: true},

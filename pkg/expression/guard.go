@@ -71,7 +71,7 @@ var workOf = map[string]func(args []ref.Val, limit int64) int64{
 	"join":                  joinWork,
 	"format":                formatWork,
 	"matches":               matchesWork,
-	"flatten":               argsWork,
+	"flatten":               flattenWork,
 	"size":                  textWork,
 	"int":                   textWork,
 	"uint":                  textWork,
@@ -142,11 +142,16 @@ func zoneWork(args []ref.Val, _ int64) int64 {
 
 // mapInsertWork: transformMapEntry's step inserts every entry of the map
 // its expression makes (which may be one of the object's) into its result.
-func mapInsertWork(args []ref.Val, _ int64) int64 {
-	if len(args) == 2 {
+func mapInsertWork(args []ref.Val, limit int64) int64 {
+	// The keys are hashed, and a key already there is copied into the
+	// error (a 2 MiB key, a thousand times, allocated 2.5 GB).
+	switch len(args) {
+	case 2:
 		if m, ok := args[1].(traits.Sizer); ok {
-			return 1 + 16*int64(m.Size().(types.Int))
+			return add(1+16*int64(m.Size().(types.Int)), sizeOf(args[1], limit))
 		}
+	case 3:
+		return 1 + sizeOf(args[1], limit)
 	}
 	return 1
 }
@@ -155,9 +160,21 @@ func mapInsertWork(args []ref.Val, _ int64) int64 {
 const sortByKeys = "@sortByAssociatedKeys"
 
 // measure walks values, counting a value as often as it is used, and
-// stops once past a limit. container is what a list or a map counts
-// besides its items.
-type measure struct{ container int64 }
+// stops once past a limit.
+type measure struct {
+	// container is what a list or a map counts besides its items.
+	container int64
+	// double is what a double counts; 0 counts 1.
+	double int64
+	// mapLevels counts a value once more for every map above it: %s
+	// prints a map's values into strings of their own, then copies them
+	// into their parent's.
+	mapLevels bool
+	// listLevels counts a value once more for each of up to listLevels
+	// lists above it: flatten(n) copies the items of each level it
+	// flattens into the level above.
+	listLevels int64
+}
 
 var (
 	// callWork is the work of a call that walks or copies values.
@@ -169,108 +186,148 @@ var (
 // sizeOf is the work of walking v, stopped once past limit.
 func sizeOf(v ref.Val, limit int64) int64 { return callWork.size(v, limit) }
 
-func (m measure) size(v ref.Val, limit int64) int64 {
+func (m measure) size(v ref.Val, limit int64) int64 { return m.walk(v, level{weight: 1}, limit) }
+
+// level is where a value is: how many times it counts, how many lists
+// are above it.
+type level struct{ weight, lists int64 }
+
+func (m measure) inMap(at level) level {
+	if m.mapLevels {
+		at.weight++
+	}
+	return at
+}
+
+func (m measure) inList(at level) level {
+	if at.lists < m.listLevels {
+		at.weight++
+	}
+	at.lists++
+	return at
+}
+
+func (m measure) scalar(at level, double bool) int64 {
+	if double && m.double > 0 {
+		return mul(m.double, at.weight)
+	}
+	return at.weight
+}
+
+func (m measure) walk(v ref.Val, at level, limit int64) int64 {
 	switch v := v.(type) {
 	case types.String:
-		return int64(len(v)) + 1
+		return mul(int64(len(v))+1, at.weight)
 	case types.Bytes:
-		return int64(len(v)) + 1
+		return mul(int64(len(v))+1, at.weight)
+	case types.Double:
+		return m.scalar(at, true)
 	case *types.Optional:
 		// == and in compare what an optional holds.
 		if v.HasValue() {
-			return 1 + m.size(v.GetValue(), limit)
+			return add(at.weight, m.walk(v.GetValue(), at, limit))
 		}
-		return 1
+		return at.weight
 	case *orderedMap:
 		if v.strings != nil {
-			return m.native(v.strings, limit)
+			return m.native(v.strings, at, limit)
 		}
 	case *objectList:
-		return m.native(v.raw, limit)
+		return m.native(v.raw, at, limit)
 	case traits.MutableLister:
 		// A comprehension's result while it grows: its Value is stale.
-		n := m.container
+		n, in := mul(m.container, at.weight), m.inList(at)
 		for i := types.IntZero; i < v.Size().(types.Int) && n <= limit; i++ {
-			n += m.size(v.Get(i), limit-n)
+			n = add(n, m.walk(v.Get(i), in, limit-n))
 		}
 		return n
 	}
-	n := m.container
+	n := mul(m.container, at.weight)
 	switch v := v.(type) {
 	case traits.Lister:
 		switch raw := v.Value().(type) {
 		case []ref.Val, []any, []string:
-			return m.native(raw, limit)
+			return m.native(raw, at, limit)
 		}
+		in := m.inList(at)
 		for it := v.Iterator(); it.HasNext() == types.True && n <= limit; {
-			n += m.size(it.Next(), limit-n)
+			n = add(n, m.walk(it.Next(), in, limit-n))
 		}
 	case traits.Mapper:
 		switch raw := v.Value().(type) {
 		case map[ref.Val]ref.Val, map[string]any, map[string]string:
-			return m.native(raw, limit)
+			return m.native(raw, at, limit)
 		}
+		in := m.inMap(at)
 		for it := v.Iterator(); it.HasNext() == types.True && n <= limit; {
 			k := it.Next()
-			n += m.size(k, limit-n)
+			n = add(n, m.walk(k, in, limit-n))
 			if value, found := v.Find(k); found {
-				n += m.size(value, limit-n)
+				n = add(n, m.walk(value, in, limit-n))
 			}
 		}
 	default:
-		return 1 // a number, a bool, null, a type
+		return at.weight // a number, a bool, null, a type
 	}
 	return n
 }
 
-// native is size for the Go values behind lists and maps: the
-// object's own, or cel-go's, walked as they are (an iterator allocates for
-// every item, and the measure must cost less than the work it prevents).
-func (m measure) native(v any, limit int64) int64 {
-	n := m.container
+// native is walk for the Go values behind lists and maps: the object's
+// own, or cel-go's, walked as they are (an iterator allocates for every
+// item, and the measure must cost less than the work it prevents).
+func (m measure) native(v any, at level, limit int64) int64 {
+	n := mul(m.container, at.weight)
 	switch v := v.(type) {
 	case string:
-		return int64(len(v)) + 1
+		return mul(int64(len(v))+1, at.weight)
+	case float64:
+		return m.scalar(at, true)
 	case ref.Val:
-		return m.size(v, limit)
+		return m.walk(v, at, limit)
 	case map[string]any:
+		in := m.inMap(at)
 		for k, child := range v {
 			if n > limit {
 				break
 			}
-			n += int64(len(k)) + 1 + m.native(child, limit-n)
+			n = add(n, add(mul(int64(len(k))+1, in.weight), m.native(child, in, limit-n)))
 		}
 	case map[ref.Val]ref.Val:
+		in := m.inMap(at)
 		for k, child := range v {
 			if n > limit {
 				break
 			}
-			n += m.size(k, limit-n) + m.size(child, limit-n)
+			n = add(n, add(m.walk(k, in, limit-n), m.walk(child, in, limit-n)))
 		}
 	case []any:
+		in := m.inList(at)
 		for _, child := range v {
 			if n > limit {
 				break
 			}
-			n += m.native(child, limit-n)
+			n = add(n, m.native(child, in, limit-n))
 		}
 	case []ref.Val:
+		in := m.inList(at)
 		for _, child := range v {
 			if n > limit {
 				break
 			}
-			n += m.size(child, limit-n)
+			n = add(n, m.walk(child, in, limit-n))
 		}
 	case []string:
+		in := m.inList(at)
 		for _, child := range v {
-			n += int64(len(child)) + 1
+			n = add(n, mul(int64(len(child))+1, in.weight))
 		}
 	case map[string]string:
+		in := m.inMap(at)
 		for k, child := range v {
-			n += int64(len(k)+len(child)) + 2
+			n = add(n, mul(int64(len(k)+len(child))+2, in.weight))
 		}
 	default:
-		return 1 // a number, a bool, null
+		return at.weight // a number, a bool, null
 	}
 	return n
 }
@@ -391,7 +448,13 @@ func concatenation(a, b ref.Val, inPlace bool) (ref.Val, bool) {
 // formatWork: the arguments printed, and the digits a precision asks
 // for ('%.999999f' prints a million).
 func formatWork(args []ref.Val, limit int64) int64 {
-	n := argsWork(args, limit)
+	var n int64
+	for _, a := range args {
+		if n > limit {
+			break
+		}
+		n = add(n, printed.walk(a, level{weight: 1}, limit-n))
+	}
 	format, ok := args[0].(types.String)
 	if !ok {
 		return n
@@ -409,6 +472,25 @@ func formatWork(args []ref.Val, limit int64) int64 {
 			n = add(n, precision)
 		}
 	}
+}
+
+// printed is what format prints of a value: a double as up to 330
+// characters ('%s' of 1e308 is 309 digits; a double counted 1 let a list
+// of them print a gigabyte), and a map's values once for every map above
+// them (each level is printed into a string of its own, then copied into
+// its parent's: 100 levels above a 2 MiB string printed 400 MiB).
+var printed = measure{container: containerWork, double: 330, mapLevels: true}
+
+// flattenWork: flatten(n) copies the items of each of the n levels it
+// flattens into the level above, so an item n lists deep is copied n times.
+func flattenWork(args []ref.Val, limit int64) int64 {
+	depth := int64(1)
+	if len(args) == 2 {
+		if d, ok := args[1].(types.Int); ok && d > 1 {
+			depth = int64(d)
+		}
+	}
+	return measure{container: containerWork, listLevels: depth}.walk(args[0], level{weight: 1}, limit)
 }
 
 // searchWork: cel-go's indexOf and lastIndexOf compare the substring at

@@ -20,9 +20,8 @@ type jsonPathExpression struct {
 	// multi is true when the template can match several values, so that
 	// results are always a list.
 	multi bool
-	// recursive: the path has a recursive descent (..), whose work
-	// descentWork bounds.
-	recursive bool
+	// root is the parsed template, which checkPathWork follows.
+	root *jsonpath.ListNode
 	// unordered is true when the template has a wildcard (.*) or recursive
 	// descent (..), which visit maps in no particular order: results are
 	// then sorted, so that an unchanged object yields an unchanged value.
@@ -52,11 +51,14 @@ func compileJSONPath(path string) (*jsonPathExpression, error) {
 	if err := checkStatic(parser.Root); err != nil {
 		return nil, err
 	}
+	if err := checkRanges(parser.Root); err != nil {
+		return nil, err
+	}
 	j := &jsonPathExpression{
 		template:  path,
 		multi:     len(parser.Root.Nodes) > 1 || anyNode(parser.Root, selectsMany),
 		unordered: anyNode(parser.Root, visitsMaps),
-		recursive: anyNode(parser.Root, func(n jsonpath.Node) bool { return n.Type() == jsonpath.NodeRecursive }),
+		root:      parser.Root,
 	}
 	// A dry run catches what the parser accepts but no evaluation can
 	// succeed with, such as an {end} without {range}.
@@ -64,6 +66,65 @@ func compileJSONPath(path string) (*jsonPathExpression, error) {
 		return nil, err
 	}
 	return j, nil
+}
+
+// checkRanges admits {range} and {end} only as blocks of their own (the
+// identifier first), each {range} closed by its {end}, nested at most
+// maxRangeDepth deep. client-go runs the rest of the template again for
+// each {range} that is not closed, so each doubled the work: thirty of
+// them took a minute and 24 GB, at admission.
+func checkRanges(root *jsonpath.ListNode) error {
+	depth := 0
+	for _, node := range root.Nodes {
+		block, ok := node.(*jsonpath.ListNode)
+		if !ok {
+			continue
+		}
+		for i, n := range block.Nodes {
+			if err := identifiersAt(n, i == 0); err != nil {
+				return err
+			}
+		}
+		switch {
+		case isIdentifier(block, "range"):
+			if depth++; depth > maxRangeDepth {
+				return fmt.Errorf("invalid JSONPath: {range} nested more than %d deep", maxRangeDepth)
+			}
+		case isIdentifier(block, "end"):
+			if len(block.Nodes) > 1 {
+				return errors.New("invalid JSONPath: {end} takes nothing after it")
+			}
+			if depth--; depth < 0 {
+				return errors.New("invalid JSONPath: {end} without its {range}")
+			}
+		}
+	}
+	if depth > 0 {
+		return errors.New("invalid JSONPath: {range} without its {end}")
+	}
+	return nil
+}
+
+// maxRangeDepth bounds the nesting of {range}.
+const maxRangeDepth = 4
+
+// identifiersAt refuses range and end anywhere but first in a block.
+func identifiersAt(n jsonpath.Node, first bool) error {
+	if _, ok := n.(*jsonpath.IdentifierNode); ok && !first {
+		return errors.New("invalid JSONPath: {range} and {end} must each begin a block of their own")
+	}
+	for _, child := range childNodes(n) {
+		if list, ok := child.(*jsonpath.ListNode); ok {
+			for _, c := range list.Nodes {
+				if err := identifiersAt(c, false); err != nil {
+					return err
+				}
+			}
+		} else if err := identifiersAt(child, false); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkNoText rejects literal text outside braces and string literals
@@ -177,56 +238,10 @@ func isSingleIndex(n *jsonpath.ArrayNode) bool {
 }
 
 func (j *jsonPathExpression) evaluate(obj map[string]any) (value any, found bool, err error) {
-	if j.recursive && descentWork(obj, maxDescentWork) > maxDescentWork {
-		return nil, false, errDescentTooLarge
+	if err := checkPathWork(j.root, obj, j.unordered); err != nil {
+		return nil, false, err
 	}
 	return j.run(obj, j.unordered)
-}
-
-// maxDescentWork bounds what a recursive descent (..) walks in one
-// object. client-go's evaluator walks every byte of every string as a
-// value of its own, and the matches are sorted by their JSON encoding,
-// which encodes a nested match once for every level that holds it: {..a}
-// over a 2 MiB string allocated 247 MiB, over the same string 100 maps
-// deep 645 MiB. At this bound an evaluation allocates about 125 MiB.
-const maxDescentWork = MaxObjectBytes
-
-var errDescentTooLarge = fmt.Errorf("a recursive descent (..) would walk more than %d MiB of this object (strings count every byte, nested values once for each level above them): name the fields to read instead", maxDescentWork>>20)
-
-// descentWork is what a recursive descent over v walks, as
-// maxDescentWork counts it, stopped once past limit: every string's
-// bytes, and the JSON size of every map and list.
-func descentWork(v any, limit int64) int64 {
-	var work int64
-	var size func(v any) int64 // the JSON size of v, adding to work
-	size = func(v any) int64 {
-		if work > limit {
-			return 0
-		}
-		switch v := v.(type) {
-		case string:
-			work += int64(len(v))
-			return int64(len(v)) + 2
-		case map[string]any:
-			n := int64(2)
-			for k, child := range v {
-				n += int64(len(k)) + 4 + size(child)
-			}
-			work += n
-			return n
-		case []any:
-			n := int64(2)
-			for _, child := range v {
-				n += 1 + size(child)
-			}
-			work += n
-			return n
-		default:
-			return 4 // a number, a bool, null
-		}
-	}
-	size(v)
-	return work
 }
 
 // run evaluates the template. An index out of range is not found. With
