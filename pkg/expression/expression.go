@@ -80,6 +80,12 @@ func (e *Expression) String() string { return e.path }
 // cost tracking, cel-go v0.26 spends time quadratic in the iterations of a
 // comprehension, so a loop over a list of 100,000 items can take seconds.
 func (e *Expression) Evaluate(ctx context.Context, obj map[string]any) (value any, found bool, err error) {
+	// A fault on one object's data fails that object, not the server.
+	defer func() {
+		if r := recover(); r != nil {
+			value, found, err = nil, false, fmt.Errorf("evaluation failed: %v", r)
+		}
+	}()
 	if e.cel != nil {
 		value, found, err = e.cel.evaluate(ctx, obj)
 	} else {
