@@ -613,6 +613,54 @@ func TestJSONPathWorkIsCountedWhateverTheOrder(t *testing.T) {
 	}
 }
 
+// TestJSONPathFiltersCountEveryItem: deciding a filter as client-go does
+// means following its errors and early returns: an exists filter whose
+// side fails in client-go passes, a wildcard over a string compares its
+// real bytes, a string literal is a value even after a step that found
+// nothing, and a slice that ends where it starts drops the inputs after
+// it. The count decided each of these the other way, and then counted
+// nothing of what followed: 1.5 GiB each, 8.7 GiB for one (found by
+// review, helper 51). A filter now passes every item in the count.
+func TestJSONPathFiltersCountEveryItem(t *testing.T) {
+	const allowed = 64 << 20
+	unions := strings.Repeat("['a','a','a','a']", 11)
+	item := func(b any) map[string]any {
+		obj := map[string]any{"l": []any{nest(30, "x")}}
+		obj["l"].([]any)[0].(map[string]any)["b"] = b
+		return obj
+	}
+	for _, c := range []struct {
+		path string
+		obj  map[string]any
+	}{
+		{"{.l[?(@.b[0])]" + unions + "}", item("s")},
+		{"{.l[?(@.b[0])]" + unions + "}", item([]any{})},
+		{"{.l[?(@.b.*>0)]" + unions + "}", item("s")},
+		{"{.l[?(@.zz 'q')]" + unions + "}", item("s")},
+		{"{.l[?(@.zz 'q'=='q')]" + unions + "}", item("s")},
+		{"{.l[?(@.b[*][1:]=='y')]" + unions + "}", item([]any{[]any{"x", "y"}, []any{"x"}, []any{"x", "z"}})},
+	} {
+		expr, err := Compile(c.path)
+		if err != nil {
+			t.Fatalf("%.60s: %v", c.path, err)
+		}
+		pathRefused(t, c.path, expr, c.obj, allowed)
+	}
+	// A descent over a ConfigMap of 600 KB of dashboards is not refused;
+	// its count makes no value of each byte (it allocated 53 MiB).
+	cm := map[string]any{"metadata": map[string]any{"name": "dashboards", "labels": map[string]any{"app": "grafana"}},
+		"data": map[string]any{"a.json": strings.Repeat("d", 300_000), "b.json": strings.Repeat("e", 300_000)}}
+	for path, want := range map[string]string{"{..name}": "[dashboards]", "{..app}": "[grafana]"} {
+		expr, err := Compile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if value, found, err := expr.Evaluate(context.Background(), cm); err != nil || !found || fmt.Sprint(value) != want {
+			t.Errorf("%s over 600 KB of strings: %v, %v, %v; want %s", path, value, found, err, want)
+		}
+	}
+}
+
 // TestJSONPathRangesAreClosed: client-go walks the rest of a template
 // again for each {range} left open, so each one doubled the work: 24 of
 // them took 818 ms and 384 MiB at admission, 30 a minute and 24 GB (found

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"k8s.io/client-go/third_party/forked/golang/template"
 	"k8s.io/client-go/util/jsonpath"
 )
 
@@ -32,6 +31,9 @@ const (
 	pathValueWork = 64
 	pathByteWork  = 16
 	pathStepWork  = 8
+	// pathSideWork is a value made on a side of a filter, dropped once
+	// the item is decided.
+	pathSideWork = 32
 )
 
 var errPathWork = fmt.Errorf("the JSONPath would make more than %d values or encode more than %d MiB for this object (a wildcard or a recursive descent counts every byte of a string; unions and several descents multiply): name the fields to read instead",
@@ -40,8 +42,9 @@ var errPathWork = fmt.Errorf("the JSONPath would make more than %d values or enc
 // errOverWork stops a count past the bound.
 var errOverWork = errors.New("over the work bound")
 
-// pathWork counts what evaluating a JSONPath makes, up to limit.
-type pathWork struct{ n, limit int64 }
+// pathWork counts what evaluating a JSONPath makes, up to limit, at
+// valueWork per value made (pathValueWork; 0 counts that).
+type pathWork struct{ n, limit, valueWork int64 }
 
 func (w *pathWork) take(n int64) error {
 	if w.n += n; w.n > w.limit {
@@ -51,7 +54,12 @@ func (w *pathWork) take(n int64) error {
 }
 
 // made counts one value made.
-func (w *pathWork) made() error { return w.take(pathValueWork) }
+func (w *pathWork) made() error {
+	if w.valueWork > 0 {
+		return w.take(w.valueWork)
+	}
+	return w.take(pathValueWork)
+}
 
 // template counts the blocks of a template, as client-go's FindResults
 // runs them over data, and returns every block's matches.
@@ -139,19 +147,23 @@ func matchingEnd(nodes []jsonpath.Node, i int) int {
 func (w *pathWork) list(in []any, list *jsonpath.ListNode) ([]any, error) {
 	var err error
 	for _, node := range list.Nodes {
-		if in, err = w.node(in, node); err != nil || len(in) == 0 {
+		// On, even over nothing: a string literal makes a value of nothing.
+		if in, err = w.node(in, node); err != nil {
 			return in, err
 		}
 	}
 	return in, nil
 }
 
-// node counts one step as client-go evaluates it, deciding filters as it
-// does. Where client-go would stop, with an error or with what it has, it
-// goes on to the next value: which value comes first may depend on a
-// map's order, and the count must not (a count that stopped at the first
-// value it could not follow passed a path one time in four that cost
-// 9 GiB the other times). It never counts less than client-go makes.
+// node counts one step as client-go evaluates it. Where client-go would
+// stop, with an error or with what it has, it goes on to the next value:
+// which value comes first may depend on a map's order, and the count must
+// not (a count that stopped at the first value it could not follow passed
+// a path one time in four that cost 9 GiB the other times). A filter
+// passes every item: deciding it as client-go does means following its
+// errors and early returns exactly, and a count that failed an item
+// client-go passed counted nothing of what followed (1.5 to 8.7 GiB). It
+// never counts less than client-go makes.
 func (w *pathWork) node(in []any, node jsonpath.Node) ([]any, error) {
 	if err := w.take(int64(len(in)) * pathStepWork); err != nil {
 		return nil, err
@@ -199,8 +211,8 @@ func (w *pathWork) node(in []any, node jsonpath.Node) ([]any, error) {
 				continue // client-go stops here
 			}
 			for _, item := range l {
-				pass, err := w.passes(item, n)
-				if err == nil && pass {
+				err := w.sides(item, n)
+				if err == nil {
 					err = keep(item)
 				}
 				if err != nil {
@@ -208,9 +220,16 @@ func (w *pathWork) node(in []any, node jsonpath.Node) ([]any, error) {
 				}
 			}
 		}
-	case *jsonpath.IntNode, *jsonpath.FloatNode, *jsonpath.BoolNode, *jsonpath.TextNode:
+	case *jsonpath.IntNode, *jsonpath.FloatNode, *jsonpath.BoolNode:
 		for range in {
-			if err := keep(literal(n)); err != nil {
+			if err := keep(nil); err != nil {
+				return nil, err
+			}
+		}
+	case *jsonpath.TextNode:
+		// client-go makes one value of a string literal, whatever it is given.
+		for range max(1, len(in)) {
+			if err := keep(nil); err != nil {
 				return nil, err
 			}
 		}
@@ -226,6 +245,15 @@ func (w *pathWork) node(in []any, node jsonpath.Node) ([]any, error) {
 		// what was found below it into its own results.
 		var descend func(v any) (int64, error)
 		descend = func(v any) (found int64, err error) {
+			if s, ok := v.(string); ok {
+				// Its bytes are made values (about 120 bytes of
+				// allocation each: {..a} over a 2 MiB string took 247
+				// MiB), counted without making them here.
+				if s == "" {
+					return 0, nil
+				}
+				return 1, errors.Join(w.take(int64(len(s))*pathByteWork), keep(v))
+			}
 			var children []any
 			if err := w.children(v, func(c any) error { children = append(children, c); return nil }); err != nil {
 				return 0, err
@@ -268,42 +296,17 @@ func (w *pathWork) node(in []any, node jsonpath.Node) ([]any, error) {
 	return out, nil
 }
 
-// literal is the value of a literal node, as a filter compares it.
-func literal(n jsonpath.Node) any {
-	switch n := n.(type) {
-	case *jsonpath.IntNode:
-		return n.Value
-	case *jsonpath.FloatNode:
-		return n.Value
-	case *jsonpath.BoolNode:
-		return n.Value
-	case *jsonpath.TextNode:
-		return n.Text
+// sides counts what evaluating a filter's two sides on one item makes.
+func (w *pathWork) sides(item any, n *jsonpath.FilterNode) error {
+	saved := w.valueWork
+	w.valueWork = pathSideWork
+	defer func() { w.valueWork = saved }()
+	for _, side := range []*jsonpath.ListNode{n.Left, n.Right} {
+		if _, err := w.list([]any{item}, side); err != nil {
+			return err
+		}
 	}
 	return nil
-}
-
-// passes decides a filter on one item as client-go's evalFilter does,
-// counting both sides; where client-go fails (several values on a side,
-// values it cannot compare), the item does not pass.
-func (w *pathWork) passes(item any, n *jsonpath.FilterNode) (bool, error) {
-	lefts, err := w.list([]any{item}, n.Left)
-	if err != nil || n.Operator == "exists" {
-		return len(lefts) > 0, err
-	}
-	rights, err := w.list([]any{item}, n.Right)
-	if err != nil || len(lefts) != 1 || len(rights) != 1 {
-		return false, err
-	}
-	compare := map[string]func(a, b any) (bool, error){
-		"<": template.Less, ">": template.Greater, "<=": template.LessEqual, ">=": template.GreaterEqual,
-		"!=": template.NotEqual, "==": func(a, b any) (bool, error) { return template.Equal(a, b) },
-	}[n.Operator]
-	if compare == nil {
-		return false, nil
-	}
-	pass, err := compare(lefts[0], rights[0])
-	return pass && err == nil, nil
 }
 
 // children gives, and counts, what a wildcard makes of v: a map's values,
