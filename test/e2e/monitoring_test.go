@@ -20,6 +20,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/localcluster"
+	"kollect.dev/kollect/test/e2e/framework"
 	"kollect.dev/kollect/test/monitoring"
 )
 
@@ -100,10 +101,10 @@ func TestDashboardAndAlertMetrics(t *testing.T) {
 	// The breaker of the broken sink is open, as KollectSinkBreakerOpen sees it.
 	body, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	must(t, err, "GET /metrics")
-	if v := sampleSum(string(body), "kollect_sink_breaker_open", `name="`+monitoringNS+`/broken"`); v != 1 {
+	if v := framework.SampleSum(string(body), "kollect_sink_breaker_open", `name="`+monitoringNS+`/broken"`); v != 1 {
 		t.Errorf(`kollect_sink_breaker_open{name="%s/broken"} = %v, want 1`, monitoringNS, v)
 	}
-	if v := sampleSum(string(body), "kollect_reconcile_errors_total", `kind="Target"`, `error_class="extraction"`); v < 1 {
+	if v := framework.SampleSum(string(body), "kollect_reconcile_errors_total", `kind="Target"`, `error_class="extraction"`); v < 1 {
 		t.Errorf(`kollect_reconcile_errors_total{kind="Target",error_class="extraction"} = %v, want at least 1`, v)
 	}
 }

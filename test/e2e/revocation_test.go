@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/test/e2e/framework"
 )
 
 // The namespaces of the revocation scenarios: a team that owns a sink and
@@ -372,12 +373,12 @@ func resolutionMetrics(t *testing.T, ctx context.Context) {
 		{"Target", "Profile", "forbidden"},
 		{"Target", "Profile", "not_found"},
 	} {
-		if v := sampleSum(metrics, "kollect_static_ref_resolution_total", `kind="`+want.kind+`"`, `ref_type="`+want.ref+`"`, `result="`+want.result+`"`); v < 1 {
+		if v := framework.SampleSum(metrics, "kollect_static_ref_resolution_total", `kind="`+want.kind+`"`, `ref_type="`+want.ref+`"`, `result="`+want.result+`"`); v < 1 {
 			t.Errorf("kollect_static_ref_resolution_total{kind=%q,ref_type=%q,result=%q} = %v, want at least 1", want.kind, want.ref, want.result, v)
 		}
 	}
 	for _, kind := range []string{"ClusterInventory", "Inventory", "Target"} {
-		if v := sampleSum(metrics, "kollect_reconcile_errors_total", `kind="`+kind+`"`, `error_class="forbidden"`); v < 1 {
+		if v := framework.SampleSum(metrics, "kollect_reconcile_errors_total", `kind="`+kind+`"`, `error_class="forbidden"`); v < 1 {
 			t.Errorf(`kollect_reconcile_errors_total{kind=%q,error_class="forbidden"} = %v, want at least 1`, kind, v)
 		}
 	}
@@ -386,25 +387,6 @@ func resolutionMetrics(t *testing.T, ctx context.Context) {
 			t.Log(line)
 		}
 	}
-}
-
-// sampleSum sums the samples of a metric whose labels contain every fragment.
-func sampleSum(metrics, name string, fragments ...string) float64 {
-	var sum float64
-	for _, line := range strings.Split(metrics, "\n") {
-		if !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		ok := true
-		for _, f := range fragments {
-			ok = ok && strings.Contains(line, f)
-		}
-		var v float64
-		if _, err := fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &v); ok && err == nil {
-			sum += v
-		}
-	}
-	return sum
 }
 
 // waitWarning waits for a Warning Event with reason about the named object.

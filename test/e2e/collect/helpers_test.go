@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -220,29 +219,6 @@ func replicaMetrics(ctx context.Context, p *localcluster.Process) (string, error
 	}
 	body, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	return string(body), err
-}
-
-// metricValue sums the samples of a metric whose labels contain every
-// given fragment (such as `op="create"`).
-func metricValue(metrics, name string, fragments ...string) float64 {
-	var sum float64
-	for _, line := range strings.Split(metrics, "\n") {
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		ok := true
-		for _, f := range fragments {
-			ok = ok && strings.Contains(line, f)
-		}
-		if !ok {
-			continue
-		}
-		var v float64
-		if _, err := fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &v); err == nil {
-			sum += v
-		}
-	}
-	return sum
 }
 
 // startReplica starts one more kollect-apiserver replica on the suite's

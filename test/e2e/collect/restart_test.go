@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kollect.dev/kollect/pkg/localcluster"
+	"kollect.dev/kollect/test/e2e/framework"
 )
 
 // TestRestartConvergence is acceptance point 3: with kollect-apiserver
@@ -98,7 +99,7 @@ func TestLeaderFailover(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return metricValue(m, "kollect_controllers_leader") == 1, "not leading"
+		return framework.SampleSum(m, "kollect_controllers_leader") == 1, "not leading"
 	})
 	// The take-over moment is the new holder's acquireTime on the Lease (same
 	// machine, same clock), not when this test's polling noticed it: the
@@ -180,7 +181,7 @@ func leaderOf(ctx context.Context, t *testing.T, replicas []*localcluster.Proces
 			if err != nil {
 				return false, err.Error()
 			}
-			v := metricValue(m, "kollect_controllers_leader")
+			v := framework.SampleSum(m, "kollect_controllers_leader")
 			state = append(state, fmt.Sprintf("%s=%v", p.Name(), v))
 			if v == 1 {
 				leaders = append(leaders, p)
@@ -207,9 +208,9 @@ func itemWrites(ctx context.Context, t *testing.T, p *localcluster.Process) floa
 	if err != nil {
 		t.Fatal(err)
 	}
-	return metricValue(m, "kollect_item_writes_total", `op="create"`) +
-		metricValue(m, "kollect_item_writes_total", `op="update"`) +
-		metricValue(m, "kollect_item_writes_total", `op="delete"`)
+	return framework.SampleSum(m, "kollect_item_writes_total", `op="create"`) +
+		framework.SampleSum(m, "kollect_item_writes_total", `op="update"`) +
+		framework.SampleSum(m, "kollect_item_writes_total", `op="delete"`)
 }
 
 func leaseHolder(ctx context.Context, t *testing.T) string {

@@ -23,6 +23,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/extract"
+	"kollect.dev/kollect/test/e2e/framework"
 )
 
 func etcdClient(t *testing.T, c *kcluster) *clientv3.Client {
@@ -581,8 +582,8 @@ func TestPausedLeaderResumesWritesNothing(t *testing.T) {
 	m, err := c.replicaMetrics(ctx, old)
 	must(t, err, "metrics")
 	writes := func(m string) float64 {
-		return metricValue(m, "kollect_item_writes_total", `op="create"`) + metricValue(m, "kollect_item_writes_total", `op="update"`) +
-			metricValue(m, "kollect_item_writes_total", `op="delete"`)
+		return framework.SampleSum(m, "kollect_item_writes_total", `op="create"`) + framework.SampleSum(m, "kollect_item_writes_total", `op="update"`) +
+			framework.SampleSum(m, "kollect_item_writes_total", `op="delete"`)
 	}
 	before := writes(m)
 	must(t, signal(old, syscall.SIGSTOP), "SIGSTOP the leader")

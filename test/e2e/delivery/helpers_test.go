@@ -26,6 +26,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
 	"kollect.dev/kollect/pkg/localcluster"
+	"kollect.dev/kollect/test/e2e/framework"
 )
 
 func testContext(t *testing.T, d time.Duration) context.Context {
@@ -432,29 +433,6 @@ func (c *kcluster) replicaMetrics(ctx context.Context, p *localcluster.Process) 
 	return string(body), err
 }
 
-// metricValue sums the samples of a metric whose labels contain every
-// fragment.
-func metricValue(metrics, name string, fragments ...string) float64 {
-	var sum float64
-	for line := range strings.SplitSeq(metrics, "\n") {
-		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
-			continue
-		}
-		ok := true
-		for _, f := range fragments {
-			ok = ok && strings.Contains(line, f)
-		}
-		if !ok {
-			continue
-		}
-		var v float64
-		if _, err := fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &v); err == nil {
-			sum += v
-		}
-	}
-	return sum
-}
-
 // leader waits until exactly one running replica reports that it leads
 // (kollect_controllers_leader) and the Lease names a holder; it returns
 // that replica and the Lease. skip are replicas not to ask (paused ones,
@@ -476,7 +454,7 @@ func (c *kcluster) leader(ctx context.Context, t *testing.T, skip ...*localclust
 			if err != nil {
 				return false, err.Error()
 			}
-			v := metricValue(m, "kollect_controllers_leader")
+			v := framework.SampleSum(m, "kollect_controllers_leader")
 			state = append(state, fmt.Sprintf("%s=%v", p.Name(), v))
 			if v == 1 {
 				leaders = append(leaders, p)
