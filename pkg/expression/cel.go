@@ -83,8 +83,17 @@ func compileCEL(expr string) (c *celExpression, err error) {
 	if len(nodes) > maxNodes {
 		return nil, fmt.Errorf("invalid CEL expression: %d operations once its macros are expanded, at most %d", len(nodes), maxNodes)
 	}
+	if err := uncountedSyntax(nodes); err != nil {
+		return nil, err
+	}
+	if err := foldedInAll(nodes); err != nil {
+		return nil, err
+	}
 	if err := literalShapes(nodes); err != nil {
 		return nil, err
+	}
+	if w := substitutionWork(parsed.NativeRep().Expr()); w > maxSubstitutionWork {
+		return nil, fmt.Errorf("invalid CEL expression: too many overloads to check against its type variables (%d, at most %d): fewer indexes, comparisons or generic calls", w, maxSubstitutionWork)
 	}
 	depth, work := typeShape(parsed.NativeRep().Expr())
 	if depth > maxTypeDepth {
@@ -141,6 +150,28 @@ func compileCEL(expr string) (c *celExpression, err error) {
 const maxNodes = 2000
 
 func everyNode(celast.NavigableExpr) bool { return true }
+
+// uncountedSyntax refuses, before the checker runs, what the counts below
+// do not follow. Message construction, refused after checking anyway
+// (noMessages): the checker checks its fields, which substitutionWork and
+// typeShape do not walk (google.protobuf.Int64Value{value: …}, 3.2 KB,
+// took 18 s and 6.4 GiB to check). A function called with a leading dot
+// (.dyn(x), .type(x)): the checker resolves the name without it, the
+// counts do not know it (.type nested 90 deep counted depth 3: 4 s and
+// 1.6 GiB). A variable with one (.object) names the root's, as without.
+func uncountedSyntax(nodes []celast.NavigableExpr) error {
+	for _, node := range nodes {
+		switch node.Kind() {
+		case celast.StructKind:
+			return fmt.Errorf("invalid CEL expression: message construction (%s{...}) is not supported; use a map", node.AsStruct().TypeName())
+		case celast.CallKind:
+			if name := node.AsCall().FunctionName(); strings.HasPrefix(name, ".") {
+				return fmt.Errorf("invalid CEL expression: a function called with a leading dot (%s): write it without the dot", name)
+			}
+		}
+	}
+	return nil
+}
 
 // maxOptMaps bounds the optMap and optFlatMap calls of an expression: six
 // copy a target 64 times.
@@ -208,20 +239,206 @@ var typeWrappers = map[string]bool{
 // 2,000.
 const maxTypeWork = 500_000
 
+// maxSubstitutionWork bounds what cel-go's checker copies: before every
+// overload it tries and every list or map element it joins, it copies its
+// substitution, which holds every type variable bound so far, and each
+// generic call (an index, ==, in, …) binds some. 450 indexes then 364
+// comparisons (2.8 KB) copied 640 MiB in 0.8 s; at the bound it is some
+// tens of MiB. 48 label and replica tests joined by || (3.8 KB) count
+// 257,000; the expressions of the docs a few hundred.
+const maxSubstitutionWork = 500_000
+
+// substitutionWork follows the checker's order, counting for each
+// overload tried and each element joined the type variables bound before
+// it: at most the type parameters of every overload tried, and one for
+// each empty literal.
+func substitutionWork(root celast.Expr) int64 {
+	shapes := overloads().shapes
+	var vars, work int64
+	var walk func(e celast.Expr)
+	walk = func(e celast.Expr) {
+		switch e.Kind() {
+		case celast.SelectKind:
+			walk(e.AsSelect().Operand())
+		case celast.CallKind:
+			call := e.AsCall()
+			member := call.IsMemberFunction()
+			if member {
+				walk(call.Target())
+			}
+			for _, a := range call.Args() {
+				walk(a)
+			}
+			// sets.contains(a, b): a namespaced function, parsed as a
+			// member call, which the checker looks for first.
+			shape, ok := overloadShape{}, false
+			if member {
+				if name, qualified := qualifiedName(call.Target()); qualified {
+					shape, ok = shapes[overloadKey{name + "." + call.FunctionName(), false}]
+				}
+			}
+			if !ok {
+				shape = shapes[overloadKey{call.FunctionName(), member}]
+			}
+			work += shape.tried*(vars+1) + shape.boundBefore
+			vars += shape.bound
+		case celast.ListKind:
+			for _, el := range e.AsList().Elements() {
+				walk(el)
+				work += vars + 1
+			}
+			if e.AsList().Size() == 0 {
+				vars++
+			}
+		case celast.MapKind:
+			for _, entry := range e.AsMap().Entries() {
+				walk(entry.AsMapEntry().Key())
+				walk(entry.AsMapEntry().Value())
+				work += 2 * (vars + 1)
+			}
+			if e.AsMap().Size() == 0 {
+				vars += 2
+			}
+		case celast.ComprehensionKind:
+			c := e.AsComprehension()
+			for _, sub := range []celast.Expr{c.IterRange(), c.AccuInit(), c.LoopCondition(), c.LoopStep(), c.Result()} {
+				walk(sub)
+			}
+			work += 2 * (vars + 1)
+		}
+	}
+	walk(root)
+	return work
+}
+
+// overloadKey names the overloads of a function called one way.
+type overloadKey struct {
+	name   string
+	member bool
+}
+
+// overloadShape is what trying a function's overloads in turn binds: tried
+// overloads, bound type parameters in all, and the sum over the overloads
+// of the parameters bound before each.
+type overloadShape struct{ tried, bound, boundBefore int64 }
+
+// overloadTables are what the pre-checks know of the environment's
+// overloads, read in one pass: the shape of each function's overloads,
+// and the functions with an overload whose result type names one of its
+// type parameters.
+type overloadTables struct {
+	shapes  map[overloadKey]overloadShape
+	generic map[string]bool
+}
+
+var overloads = sync.OnceValue(func() overloadTables {
+	t := overloadTables{shapes: map[overloadKey]overloadShape{}, generic: map[string]bool{}}
+	env, err := celEnv()
+	if err != nil {
+		return t
+	}
+	for name, fn := range env.Functions() {
+		for _, o := range fn.OverloadDecls() {
+			k := overloadKey{name, o.IsMemberFunction()}
+			shape := t.shapes[k]
+			shape.tried++
+			shape.boundBefore += shape.bound
+			shape.bound += int64(len(o.TypeParams()))
+			t.shapes[k] = shape
+			for _, p := range o.TypeParams() {
+				if strings.Contains(o.ResultType().String(), "<"+p+">") {
+					t.generic[name] = true
+				}
+			}
+		}
+	}
+	return t
+})
+
+// qualifiedName is the dotted name an identifier or a chain of selects
+// spells.
+func qualifiedName(e celast.Expr) (string, bool) {
+	switch e.Kind() {
+	case celast.IdentKind:
+		return e.AsIdent(), true
+	case celast.SelectKind:
+		if prefix, ok := qualifiedName(e.AsSelect().Operand()); ok {
+			return prefix + "." + e.AsSelect().FieldName(), true
+		}
+	}
+	return "", false
+}
+
 // typeShape bounds, before type-checking, the types of a parsed
 // expression: the deepest any part can have, and the work of checking
 // them (maxTypeWork). A list or map literal or a wrapping call adds a
 // level to its deepest part (a map's size is its key's and its value's);
 // a comprehension's variables are a level under what they walk, and its
 // result is as large as what its steps build.
+//
+// A type variable ([], {}, optional.none()) takes, once bound, whatever
+// type the checker finds for it, and every node typed with it is then
+// checked at that size: [].map(x, [x, x, …]) == [[{'a': {…}}]] (3.7 KB)
+// took 2.6 s and 850 MiB. So a second walk gives each of them the largest
+// type the first found anywhere, grown by what wraps a variable and
+// doubled by each map (or index) of two.
 func typeShape(root celast.Expr) (deepest, work int) {
+	first := typeShapeWith(root, typeSize{})
+	// A variable may be bound to a type that wraps another variable's
+	// (x == [[y]] binds x deeper than y): the sum of every wrapping of a
+	// value that holds a variable bounds the chain.
+	unbound := typeSize{first.largest.depth + first.growDepth, first.largest.size + first.growSize}
+	unbound.size <<= min(first.doublings, 16)
+	second := typeShapeWith(root, unbound)
+	return second.deepest, second.work
+}
+
+// isEmptyLiteral reports whether e is [] or {}.
+func isEmptyLiteral(e celast.Expr) bool {
+	switch e.Kind() {
+	case celast.ListKind:
+		return e.AsList().Size() == 0
+	case celast.MapKind:
+		return e.AsMap().Size() == 0
+	}
+	return false
+}
+
+// typeSize is the depth and size of a type.
+type typeSize struct{ depth, size int }
+
+// typeShapes are what a walk of typeShapeWith found.
+type typeShapes struct {
+	deepest, work int
+	largest       typeSize
+	// growDepth and growSize sum what the lists, maps and wrapping calls
+	// around a value that holds a type variable add; doublings counts
+	// the maps whose key and value both hold one.
+	growDepth, growSize, doublings int
+}
+
+// typeShapeWith walks the expression as typeShape does, the element of an
+// empty list or map and the value of optional.none() taking the type
+// unbound.
+func typeShapeWith(root celast.Expr, unbound typeSize) (found typeShapes) {
 	// key is, for a map, 1 + the size of its key type (0: not known to be
 	// a map), for the variable that iterates it.
-	type shape struct{ depth, size, key int }
+	type shape struct {
+		depth, size, key int
+		v                bool // holds a type variable
+	}
 	var walk func(e celast.Expr, vars map[string]shape) shape
 	walk = func(e celast.Expr, vars map[string]shape) shape {
 		var r shape
-		widen := func(o shape) { r.depth, r.size, r.key = max(r.depth, o.depth), max(r.size, o.size), max(r.key, o.key) }
+		widen := func(o shape) {
+			r.depth, r.size, r.key, r.v = max(r.depth, o.depth), max(r.size, o.size), max(r.key, o.key), r.v || o.v
+		}
+		grow := func() {
+			if r.v {
+				found.growDepth++
+				found.growSize++
+			}
+		}
 		switch e.Kind() {
 		case celast.IdentKind:
 			r = vars[e.AsIdent()]
@@ -231,6 +448,11 @@ func typeShape(root celast.Expr) (deepest, work int) {
 			for _, el := range e.AsList().Elements() {
 				widen(walk(el, vars))
 			}
+			if e.AsList().Size() == 0 {
+				widen(shape{depth: unbound.depth, size: unbound.size, v: true})
+			} else {
+				grow()
+			}
 			r.depth, r.size, r.key = r.depth+1, r.size+1, 0
 		case celast.MapKind:
 			keys, values := 0, 0
@@ -238,7 +460,20 @@ func typeShape(root celast.Expr) (deepest, work int) {
 				me := entry.AsMapEntry()
 				k, v := walk(me.Key(), vars), walk(me.Value(), vars)
 				r.depth = max(r.depth, k.depth, v.depth)
+				if k.v || v.v {
+					r.v = true
+					found.growDepth++
+					found.growSize += 1 + k.size
+				}
+				if k.v && v.v {
+					found.doublings++
+				}
 				keys, values = max(keys, k.size), max(values, v.size)
+			}
+			if e.AsMap().Size() == 0 {
+				// map(K, V): K and V may be bound to one type, twice.
+				r.depth, keys, values, r.v = unbound.depth, unbound.size, unbound.size, true
+				found.doublings++
 			}
 			r.depth, r.size, r.key = r.depth+1, 1+keys+values, 1+keys
 		case celast.CallKind:
@@ -251,11 +486,46 @@ func typeShape(root celast.Expr) (deepest, work int) {
 				args = append(args, walk(arg, vars))
 				widen(args[len(args)-1])
 			}
-			if typeWrappers[call.FunctionName()] {
+			// A generic call whose result names a type parameter leaves it
+			// free when an argument is dyn (object.value(), dyn(x),
+			// [1, 'a'][0], flatten, math.greatest): which may be any
+			// argument, so every generic result counts as a variable, as
+			// none()'s. transformMap's step is counted below.
+			if overloads().generic[call.FunctionName()] && call.FunctionName() != "cel.@mapInsert" {
+				widen(shape{depth: unbound.depth, size: unbound.size, v: true})
+			}
+			// An index or in on a container holding a variable, with a key
+			// holding one (not an int), binds the container to map(K, V),
+			// K the key's type, V unified later: a doubling, as {k: v}.
+			var container, key shape
+			switch {
+			case (call.FunctionName() == operators.Index || call.FunctionName() == operators.OptIndex) && len(args) == 2:
+				container, key = args[0], args[1]
+			case (call.FunctionName() == operators.In || call.FunctionName() == "in") && len(args) == 2:
+				container, key = args[1], args[0]
+			}
+			if container.v && key.v {
+				found.doublings++
+				found.growDepth++
+				found.growSize += 1 + key.size
+			}
+			if call.FunctionName() == "none" {
+				widen(shape{depth: unbound.depth, size: unbound.size, v: true})
+			} else if typeWrappers[call.FunctionName()] {
+				grow()
+			}
+			if typeWrappers[call.FunctionName()] || call.FunctionName() == "none" {
 				r.depth, r.size, r.key = r.depth+1, r.size+1, 0
 			}
 			// transformMap's step makes map(K, V), as a map literal.
 			if call.FunctionName() == "cel.@mapInsert" && len(args) == 3 {
+				if args[1].v || args[2].v {
+					found.growDepth++
+					found.growSize += 1 + args[1].size
+				}
+				if args[1].v && args[2].v {
+					found.doublings++
+				}
 				r.size, r.key = max(r.size, 1+args[1].size+args[2].size), max(r.key, 1+args[1].size)
 			}
 		case celast.ComprehensionKind:
@@ -265,28 +535,37 @@ func typeShape(root celast.Expr) (deepest, work int) {
 				inner = map[string]shape{}
 			}
 			walked := walk(c.IterRange(), vars)
-			item := shape{depth: max(walked.depth-1, 0), size: max(walked.size-1, 0)}
+			item := shape{depth: max(walked.depth-1, 0), size: max(walked.size-1, 0), v: walked.v}
 			inner[c.IterVar()] = item
 			if walked.key > 0 {
 				// A map's iteration variable is its key.
-				inner[c.IterVar()] = shape{depth: item.depth, size: walked.key - 1}
+				inner[c.IterVar()] = shape{depth: item.depth, size: walked.key - 1, v: walked.v}
 			}
 			if c.HasIterVar2() {
 				inner[c.IterVar2()] = item
 			}
-			start := walk(c.AccuInit(), vars)
+			// A macro's empty accumulator is bound to what its steps
+			// build, below; only other type variables are unbound.
+			start := shape{depth: 1, size: 1}
+			if c.AccuInit().Kind() == celast.MapKind {
+				start.key = 1
+			}
+			if !isEmptyLiteral(c.AccuInit()) {
+				start = walk(c.AccuInit(), vars)
+			}
 			inner[c.AccuVar()] = start
 			step := walk(c.LoopStep(), inner)
-			inner[c.AccuVar()] = shape{max(start.depth, step.depth), max(start.size, step.size), max(start.key, step.key)}
+			inner[c.AccuVar()] = shape{max(start.depth, step.depth), max(start.size, step.size), max(start.key, step.key), start.v || step.v}
 			walk(c.LoopCondition(), inner)
 			r = walk(c.Result(), inner)
 		}
-		deepest = max(deepest, r.depth)
-		work += max(r.size, 1) * max(r.depth, 1)
+		found.deepest = max(found.deepest, r.depth)
+		found.work += max(r.size, 1) * max(r.depth, 1)
+		found.largest = typeSize{max(found.largest.depth, r.depth), max(found.largest.size, r.size)}
 		return r
 	}
 	walk(root, nil)
-	return deepest, work
+	return found
 }
 
 // optionalElements rejects [?x] and {?k: x} where x is not known to be an
@@ -434,4 +713,27 @@ func isMissing(err error) bool {
 		}
 	}
 	return false
+}
+
+// foldedInAll bounds the runes case folding walks in all the patterns of
+// an expression: each is parsed twice, and a bound per pattern let 4 KB
+// of them fold millions.
+func foldedInAll(nodes []celast.NavigableExpr) error {
+	var n int64
+	for _, node := range nodes {
+		if node.Kind() != celast.CallKind || node.AsCall().FunctionName() != "matches" {
+			continue
+		}
+		args := node.AsCall().Args()
+		if len(args) == 0 || args[len(args)-1].Kind() != celast.LiteralKind {
+			continue
+		}
+		if s, ok := args[len(args)-1].AsLiteral().(types.String); ok {
+			n += foldedRunes(string(s))
+		}
+	}
+	if n > maxFoldedRunes {
+		return fmt.Errorf("invalid CEL expression: its regular expressions fold the case of too many characters: about %d in their classes under (?i), at most %d", n, maxFoldedRunes)
+	}
+	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/cel-go/cel"
@@ -407,13 +408,25 @@ func compareWork(args []ref.Val, _ int64) int64 {
 }
 
 // copied is what copying a value costs: its bytes, or its items at 4
-// each (a copied item takes 16 bytes).
+// each (a copied item takes 16 bytes); a map or a list of the object's
+// own lists becomes a CEL value as it is copied, at containerWork.
 func copied(v ref.Val) int64 {
 	switch v := v.(type) {
 	case types.String:
 		return int64(len(v))
 	case types.Bytes:
 		return int64(len(v))
+	case *objectList:
+		var n int64
+		for _, item := range v.raw {
+			switch item.(type) {
+			case map[string]any, []any:
+				n += containerWork
+			default:
+				n += 4
+			}
+		}
+		return n
 	case traits.Lister:
 		return 4 * int64(v.Size().(types.Int))
 	}
@@ -555,6 +568,147 @@ func matchWork(length, program int64) int64 {
 		return math.MaxInt64
 	}
 	return add(length, mul(length, program)/4)
+}
+
+// maxFoldedRunes bounds the runes case folding walks in a pattern's
+// classes. Under (?i), Go's parser folds each rune of a class range, and
+// each rune of a named class, one at a time, before any limit of its own
+// applies: a range of 125,000 runes takes about 2 ms, 169 of them in a
+// 1 KB pattern 0.35 s, parsed twice. The bound passes two of the largest
+// named classes (\pL).
+const maxFoldedRunes = 300_000
+
+// foldWindow is where runes have other cases (regexp/syntax's minFold and
+// maxFold): a range that covers it whole, or lies outside, is not walked.
+const foldLow, foldHigh = 0x41, 0x1e943
+
+// namedClassRunes stands for a \p class under (?i): the letters are about
+// 130,000 runes of the fold window, no class is more.
+const namedClassRunes = 130_000
+
+var caseFolded = regexp.MustCompile(`\(\?[a-zA-Z-]*i[a-zA-Z-]*[:)]`)
+
+// foldedRunes counts, when the pattern turns case folding on anywhere, the
+// runes folding walks in its classes: ranges and named classes, wherever
+// they are (an upper bound).
+func foldedRunes(pattern string) int64 {
+	if !caseFolded.MatchString(pattern) {
+		return 0
+	}
+	rs := []rune(pattern)
+	var n int64
+	inClass, first := false, false
+	// single reads the rune at rs[*i] (an escape too), moving *i past it;
+	// ok is false for what is not one rune (a class escape).
+	single := func(i *int) (r rune, ok bool) {
+		if rs[*i] != '\\' {
+			r = rs[*i]
+			*i++
+			return r, true
+		}
+		if *i+1 >= len(rs) {
+			*i++
+			return 0, false
+		}
+		c := rs[*i+1]
+		*i += 2
+		switch {
+		case c == 'p' || c == 'P':
+			n += namedClassRunes
+			if *i < len(rs) && rs[*i] == '{' {
+				for *i < len(rs) && rs[*i] != '}' {
+					*i++
+				}
+				*i++
+			} else {
+				*i++
+			}
+			return 0, false
+		case c == 'x':
+			end := *i + 2
+			if *i < len(rs) && rs[*i] == '{' {
+				end = *i + 1
+				for end < len(rs) && rs[end] != '}' {
+					end++
+				}
+				v, err := strconv.ParseUint(string(rs[min(*i+1, end):end]), 16, 32)
+				*i = end + 1
+				return rune(v), err == nil
+			}
+			end = min(end, len(rs))
+			v, err := strconv.ParseUint(string(rs[*i:end]), 16, 32)
+			*i = end
+			return rune(v), err == nil
+		case c >= '0' && c <= '7':
+			end := *i
+			for end < len(rs) && end < *i+2 && rs[end] >= '0' && rs[end] <= '7' {
+				end++
+			}
+			v, _ := strconv.ParseUint(string(rs[*i-1:end]), 8, 32)
+			*i = end
+			return rune(v), true
+		case strings.ContainsRune("afnrtv", c):
+			return map[rune]rune{'a': '\a', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t', 'v': '\v'}[c], true
+		case unicode.IsLetter(c):
+			return 0, false // \d, \w, \s, …: ASCII classes
+		default:
+			return c, true // an escaped punctuation mark
+		}
+	}
+	for i := 0; i < len(rs); {
+		switch {
+		case !inClass && rs[i] == '[':
+			inClass = true
+			i++
+			if i < len(rs) && rs[i] == '^' {
+				i++
+			}
+			first = true // a ] first is a literal, maybe a range's start
+		case inClass && rs[i] == ']' && !first:
+			inClass = false
+			i++
+		case inClass && posixClassAt(rs[i:]) > 0:
+			// [:alpha:]: ASCII.
+			i += posixClassAt(rs[i:])
+		case inClass:
+			first = false
+			lo, ok := single(&i)
+			if !ok || i+1 >= len(rs) || rs[i] != '-' || rs[i+1] == ']' {
+				continue
+			}
+			i++
+			hi, ok := single(&i)
+			if !ok || (lo <= foldLow && hi >= foldHigh) {
+				continue
+			}
+			if lo, hi := max(lo, foldLow), min(hi, foldHigh); hi >= lo {
+				n += int64(hi - lo + 1)
+			}
+		default:
+			single(&i)
+		}
+	}
+	return n
+}
+
+// posixClassAt is the length of the POSIX class [:name:] that rs starts
+// with, as regexp/syntax reads one (up to the first :] anywhere after), or
+// 0 when Go reads a literal [ there.
+func posixClassAt(rs []rune) int {
+	if len(rs) < 2 || rs[0] != '[' || rs[1] != ':' {
+		return 0
+	}
+	end := strings.Index(string(rs[2:]), ":]")
+	if end < 0 {
+		return 0
+	}
+	name := string(rs[2:])[:end]
+	name = strings.TrimPrefix(name, "^")
+	switch name {
+	case "alnum", "alpha", "ascii", "blank", "cntrl", "digit", "graph", "lower", "print", "punct", "space", "upper", "word", "xdigit":
+		return 2 + len([]rune(string(rs[2:])[:end])) + 2
+	}
+	return 0 // Go refuses the pattern
 }
 
 // regexSize estimates the instructions of a regular expression's program
@@ -834,6 +988,9 @@ func (c *guardedCall) compileRegex() error {
 	}
 	if len(pattern) > maxPatternBytes {
 		return fmt.Errorf("the regular expression is too long: %d bytes, at most %d", len(pattern), maxPatternBytes)
+	}
+	if n := foldedRunes(string(pattern)); n > maxFoldedRunes {
+		return fmt.Errorf("the regular expression folds the case of too many characters: about %d in its classes under (?i), at most %d", n, maxFoldedRunes)
 	}
 	size, err := regexSize(string(pattern))
 	if err == nil && size > maxRegexInstructions {

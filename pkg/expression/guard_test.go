@@ -121,6 +121,10 @@ func TestCallsAreBoundedByTheirWork(t *testing.T) {
 		"cel:[object].map(o, lists.range(20000).map(i, o.a < o.a2).size())",
 		// Found by review (helper 48): a key copied into a duplicate's error.
 		"cel:lists.range(1000).map(i, [1, 2].transformMapEntry(j, v, {object.s: v}).size() == 0 || true).size()",
+		// Found by review (helper 53): + converted each map of the
+		// object's list into a CEL value of its own, charged 4.
+		"cel:[" + times("object.le + []", 4, ", ") + "].size()",
+		"cel:[" + times("[] + object.le", 4, ", ") + "].size()",
 	} {
 		refusedWithin(t, path, obj, allowed)
 	}
@@ -248,8 +252,61 @@ func TestCompileIsBounded(t *testing.T) {
 		// built a column at a time, for each of a hundred errors.
 		"cel:'" + strings.Repeat("a", 3885) + "' " + strings.Repeat("@", 200),
 		"cel:'" + strings.Repeat("a", 2800) + "' == '' || " + times("(1 in 1)", 100, " || "),
+		// Found by review (helper 56): the checker copies every type
+		// variable bound so far at each overload it tries; 450 indexes
+		// then 364 comparisons (2.8 KB) took 0.8 s and 640 MiB.
+		"cel:[" + times("object"+strings.Repeat("[0]", 95), 4, ",") + ",object" + strings.Repeat("[0]", 70) + "," + times("1<1", 364, ",") + "]",
+		"cel:[" + times("object"+strings.Repeat("[0]", 99), 10, ",") + "]",
+		// Found by review (helper 57): what the counts before the checker
+		// did not see. A message literal's fields (18 s and 6.4 GiB
+		// wrapped round helper 44's case); a leading dot (.type nested 90
+		// deep counted depth 3: 4 s and 1.6 GiB); a type variable bound
+		// late ([] compared with a deep type: 2.6 s and 850 MiB); case
+		// folding of wide class ranges (0.35 s for each pattern).
+		"cel:google.protobuf.Int64Value{value: ['x'].map(a, " + strings.Repeat("[", 41) + "a" + strings.Repeat("]", 41) + ")" + strings.Repeat(".map(v, {v: v})", 6) +
+			".map(y, " + times("y == y", 300, " && ") + ").size()}",
+		"cel:[1].map(x, [" + strings.Repeat(".type(", 90) + "x" + strings.Repeat(")", 90) + "]).map(y, [" + times("y", 1690, ",") + "]).size()",
+		"cel:[].map(x, [" + times("x", 1700, ",") + "]) == [[" + strings.Repeat("{'a':", 46) + "1" + strings.Repeat("}", 46) + "]]",
+		"cel:optional.none().optMap(x, [" + times("x", 1800, ",") + "]) == optional.of([" + strings.Repeat("[", 45) + "1" + strings.Repeat("]", 45) + "])",
+		"cel:" + times("'a'.matches(r'(?i)["+strings.Repeat("B-\U0001e942", 169)+"]')", 3, "||"),
 	} {
 		refusedAtCompile(t, path, allowed)
+	}
+	// Found by review (helper 58): types that double at every stage of a
+	// chain of late-bound variables (16 stages of transformMap: 16.6 s and
+	// 6.2 GiB; 18 of {}: 3.2 s and 929 MiB), a chain of list wrappings
+	// past the largest type, and case folding the pattern scanner missed
+	// or that many patterns shared.
+	const hi = "\U0001e942"
+	for _, path := range []string{
+		"cel:" + lateChain(14, func(i string) string { return "[{}.transformMap(k, v, k == " + i + " && v == " + i + ", v)]" }),
+		"cel:" + mapChain(18),
+		"cel:" + lateChain(12, func(i string) string { return strings.Repeat("[", 17) + i + strings.Repeat("]", 17) }) + "",
+		"cel:" + times("'a'.matches(r'(?i)"+strings.Repeat("[\\t-"+hi+"]", 110)+"')", 3, "||"),
+		"cel:" + times("'a'.matches(r'(?i)"+strings.Repeat("[]-"+hi+"]", 120)+"')", 3, "||"),
+		"cel:" + times("'a'.matches(r'(?i)"+strings.Repeat("[[:A-"+hi+"]", 100)+"')", 3, "||"),
+		"cel:" + times("'a'.matches(r'(?i)[B-"+hi+"][B-"+hi+"]')", 60, "||"),
+		// Found by review (helper 60): an index on a type variable with a
+		// key that holds one binds it to a map of both, and a generic call
+		// on the dyn object leaves its result a variable: 18 stages took
+		// 3.9 s and 1.3 GiB, 50 (3.5 KB) ended the process out of memory.
+		"cel:" + indexDoubling(18, "[].all("),
+		"cel:" + indexDoubling(16, "[object.value()].all("),
+		// Found by review (helper 61): dyn from anywhere leaves a generic
+		// result free (20 stages: 13.7 s and 4.4 GiB).
+		"cel:" + indexDoubling(18, "dyn(0).distinct().all("),
+		"cel:" + indexDoubling(16, "[1, 'a'][0].distinct().all("),
+	} {
+		refusedAtCompile(t, path, allowed)
+	}
+	for _, pattern := range []string{`(?i)^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`, `(?i)\\pL+`, `(?i)[\\x{41}-\\x{5a}]`, `[\\x{0}-\\x{10ffff}]`} {
+		if _, err := Compile("cel:object.name.matches('" + pattern + "')"); err != nil {
+			t.Errorf("%s: %v", pattern, err)
+		}
+	}
+	// A variable with a leading dot is the root's: .object is object.
+	if _, err := Compile("cel:.object.metadata.name"); err != nil {
+		t.Errorf(".object: %v", err)
 	}
 	// A long expression of ordinary work stays within the node limit.
 	long := "cel:" + times("(object.metadata.labels['app'] in ['a', 'b'] && object.spec.replicas > 2)", 48, " || ") +
@@ -257,6 +314,57 @@ func TestCompileIsBounded(t *testing.T) {
 	if _, err := Compile(long); err != nil || len(long) > 4096 {
 		t.Errorf("%d characters of loops: %v", len(long), err)
 	}
+}
+
+// lateChain binds each of m variables, through an empty list, to a type
+// made of the one before it by step: v1 == step(v0), and so on.
+func lateChain(m int, step func(v string) string) string {
+	var b strings.Builder
+	name := func(i int) string { return fmt.Sprintf("v%d", i) }
+	for i := 0; i <= m; i++ {
+		b.WriteString("[].all(" + name(i) + ", ")
+	}
+	b.WriteString("v0 == 1")
+	for i := range m {
+		b.WriteString(" && " + step(name(i)) + " == [" + name(i+1) + "]")
+	}
+	b.WriteString(strings.Repeat(")", m+1))
+	return b.String()
+}
+
+// indexDoubling binds, at each of n stages, a variable to a map whose key
+// and value are lists of the next stage's variable, through an index.
+func indexDoubling(n int, loop string) string {
+	var b strings.Builder
+	b.WriteString(loop + "v0, ")
+	for i := 1; i <= n; i++ {
+		prev := fmt.Sprintf("v%d", i-1)
+		if i > 1 {
+			prev += "[0]"
+		}
+		fmt.Fprintf(&b, "%sv%d, %s[v%d.distinct()] == v%d.distinct() && ", loop, i, prev, i, i)
+	}
+	b.WriteString("true" + strings.Repeat(")", n+1))
+	return b.String()
+}
+
+// mapChain binds each of m variables to a map whose keys and values are
+// the variable before it, through {} and a two-variable loop: no computed
+// key, and the type doubles at every stage.
+func mapChain(m int) string {
+	var b strings.Builder
+	for i := 0; i <= m; i++ {
+		fmt.Fprintf(&b, "[].all(v%d, ", i)
+	}
+	for i := range m {
+		fmt.Fprintf(&b, "[].all(m%d, ", i)
+	}
+	b.WriteString("v0 == 1")
+	for i := range m {
+		fmt.Fprintf(&b, " && m%d == {} && m%d.all(k, v, k == v%d && v == v%d) && [m%d] == [v%d]", i, i, i, i, i, i+1)
+	}
+	b.WriteString(strings.Repeat(")", 2*m+1))
+	return b.String()
 }
 
 // refusedAtCompile: compiling path is refused, having allocated at most
@@ -660,6 +768,20 @@ func TestJSONPathFiltersCountEveryItem(t *testing.T) {
 	if err := checkPathWork(expr.jsonPath.root, obj, expr.jsonPath.unordered); err == nil {
 		t.Errorf("%.60s: counted within the bound; want it refused", compared)
 	}
+	// A string literal is a value, of which a wildcard makes every byte a
+	// value and each number after it one more per value: the count kept
+	// nothing of it, and 200 finalizers made 9.4 GiB in 3.6 s (found by
+	// review, helper 53).
+	finalizers := make([]any, 200)
+	for i := range finalizers {
+		finalizers[i] = fmt.Sprintf("example.com/f%d", i)
+	}
+	literal := "{.metadata.finalizers[?('" + strings.Repeat("x", 2000) + "'.*" + strings.Repeat(" 1", 1000) + ")]}"
+	expr, err = Compile(literal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pathRefused(t, literal, expr, map[string]any{"metadata": map[string]any{"finalizers": finalizers}}, allowed)
 	// A descent over a ConfigMap of 600 KB of dashboards is not refused;
 	// its count makes no value of each byte (it allocated 53 MiB).
 	cm := map[string]any{"metadata": map[string]any{"name": "dashboards", "labels": map[string]any{"app": "grafana"}},
@@ -671,6 +793,32 @@ func TestJSONPathFiltersCountEveryItem(t *testing.T) {
 		}
 		if value, found, err := expr.Evaluate(context.Background(), cm); err != nil || !found || fmt.Sprint(value) != want {
 			t.Errorf("%s over 600 KB of strings: %v, %v, %v; want %s", path, value, found, err, want)
+		}
+	}
+}
+
+// TestJSONPathLiteralsAreCountedAtCompile: the dry run at admission is an
+// evaluation too, and a string literal makes a value of nothing: one in a
+// union branch, walked by .* and ranged over three deep, took 20 s and
+// 9.4 GiB to compile, 300 bytes long ended the server out of memory
+// (found by review, helper 54). Literals stay in filters, where they are
+// counted.
+func TestJSONPathLiteralsAreCountedAtCompile(t *testing.T) {
+	const allowed = 64 << 20
+	literalRange := func(n int) string { return "{range ['zz',' \"" + strings.Repeat("x", n) + "\"'].*}" }
+	for _, path := range []string{
+		strings.Repeat(literalRange(200), 3) + "{@}" + strings.Repeat("{end}", 3),
+	} {
+		refusedAtCompile(t, path, allowed)
+	}
+	for _, path := range []string{`{.a['b',' "lit"']}`, `{.a[*]['b',' "lit"'].c}`} {
+		if _, err := Compile(path); err == nil || !strings.Contains(err.Error(), "string literals are only supported in filters") {
+			t.Errorf("%s: %v; want string literals refused outside filters", path, err)
+		}
+	}
+	for _, path := range []string{`{.a[?(@.b == "lit")]}`, `{.a['b','c'][?(@.d != 'x')].e}`} {
+		if _, err := Compile(path); err != nil {
+			t.Errorf("%s: %v", path, err)
 		}
 	}
 }

@@ -61,7 +61,11 @@ func compileJSONPath(path string) (*jsonPathExpression, error) {
 		root:      parser.Root,
 	}
 	// A dry run catches what the parser accepts but no evaluation can
-	// succeed with, such as an {end} without {range}.
+	// succeed with, such as an {end} without {range}. It is an evaluation
+	// like any other, counted first.
+	if err := checkPathWork(j.root, map[string]any{}, j.unordered); err != nil {
+		return nil, err
+	}
 	if _, _, err := j.run(map[string]any{}, false); err != nil {
 		return nil, err
 	}
@@ -131,17 +135,27 @@ func identifiersAt(n jsonpath.Node, first bool) error {
 // outside filters: kubectl prints them, an attribute has no use for them.
 func checkNoText(root *jsonpath.ListNode) error {
 	for _, block := range root.Nodes {
-		list, ok := block.(*jsonpath.ListNode)
-		if !ok {
+		if _, ok := block.(*jsonpath.ListNode); !ok {
 			return errors.New("invalid JSONPath: text outside {} is not supported")
 		}
-		for _, n := range list.Nodes {
-			if n.Type() == jsonpath.NodeText {
-				return errors.New("invalid JSONPath: string literals are only supported in filters")
-			}
-		}
+	}
+	// Filters are where literals belong; anywhere else (a union's branch
+	// too) one is a value made of nothing, which steps after it can
+	// multiply.
+	if textOutsideFilters(root) {
+		return errors.New("invalid JSONPath: string literals are only supported in filters")
 	}
 	return nil
+}
+
+func textOutsideFilters(node jsonpath.Node) bool {
+	switch node.(type) {
+	case *jsonpath.TextNode:
+		return true
+	case *jsonpath.FilterNode:
+		return false
+	}
+	return slices.ContainsFunc(childNodes(node), textOutsideFilters)
 }
 
 // anyNode reports whether pred holds for a node of the tree.
@@ -182,7 +196,8 @@ func checkStatic(node jsonpath.Node) error {
 		if step.Known && step.Value <= 0 {
 			return fmt.Errorf("invalid JSONPath: the step of a slice must be greater than 0")
 		}
-		if start.Known && end.Known && !end.Derived && start.Value >= 0 && end.Value >= 0 && start.Value > end.Value {
+		// Ends of one sign keep their order whatever the list's length.
+		if start.Known && end.Known && !end.Derived && (start.Value >= 0) == (end.Value >= 0) && start.Value > end.Value {
 			return fmt.Errorf("invalid JSONPath: the slice starts at %d, after its end %d", start.Value, end.Value)
 		}
 	}

@@ -286,12 +286,13 @@ func TestJSONPathMistakesRefused(t *testing.T) {
 		`{.containers[?(@.name == nginx)].image}`:  `unrecognized identifier nginx`,
 		`{..containers[0:2:0]}`:                    `the step of a slice must be greater than 0`,
 		`{..containers[2:1]}`:                      `the slice starts at 2, after its end 1`,
+		`{..containers[-1:-2]}`:                    `the slice starts at -1, after its end -2`,
 	} {
 		if _, err := Compile(path); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", path, err, want)
 		}
 	}
-	for _, path := range []string{`{..containers[?(@.name == "nginx")].image}`, `{range .items[*]}{.name}{end}`, `{.a[-2:]}`, `{.a[1:1]}`, `{.a[::2]}`} {
+	for _, path := range []string{`{..containers[?(@.name == "nginx")].image}`, `{range .items[*]}{.name}{end}`, `{.a[-2:]}`, `{.a[1:1]}`, `{.a[::2]}`, `{.a[-2:-1]}`, `{.a[-1:0]}`, `{.a[1:-1]}`} {
 		if _, err := Compile(path); err != nil {
 			t.Errorf("%s: %v", path, err)
 		}

@@ -230,11 +230,11 @@ func (w *pathWork) node(in []any, node jsonpath.Node) ([]any, error) {
 			}
 		}
 	case *jsonpath.TextNode:
-		// client-go makes one value of a string literal, whatever it is given.
-		for range max(1, len(in)) {
-			if err := keep(nil); err != nil {
-				return nil, err
-			}
+		// client-go makes one value of a string literal, whatever it is
+		// given, and the steps after it walk that string: '…'.* makes a
+		// value of each of its bytes.
+		if err := keep(n.Text); err != nil {
+			return nil, err
 		}
 	case *jsonpath.WildcardNode:
 		for _, v := range in {
