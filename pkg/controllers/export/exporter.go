@@ -540,10 +540,10 @@ func (e *exporter) report(ctx context.Context, cfg *resolved, u entryUpdate) (st
 	return true
 }
 
-// truncate cuts s to at most n bytes, on a character boundary.
 // entryMessage is a message as a status entry holds it.
 func entryMessage(msg string) string { return strings.ToValidUTF8(truncate(msg, 1024), "") }
 
+// truncate cuts s to at most n bytes, on a character boundary.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s

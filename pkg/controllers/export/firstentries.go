@@ -44,7 +44,11 @@ func (c *Controller) FirstEntries(obj metav1.Object) []v1alpha1.SinkExportStatus
 // Created emits the Warning Events of a stored new inventory's first
 // entries, as writeEntries does for entries its exporters write: the
 // first failure of a streak is announced once the entry is stored,
-// regarding the inventory at the write that stored it.
+// regarding the inventory at the write that stored it. A sink created in
+// the meantime is announced too: the Event is true of the version it
+// regards, and the exporter soon writes what it finds (leaving it out
+// lost the Event for good when the sink went again before the exporter
+// looked).
 func (c *Controller) Created(obj metav1.Object) {
 	if c.runCtx.Err() != nil {
 		return // stopping: the Events would not be recorded

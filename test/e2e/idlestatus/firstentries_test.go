@@ -14,11 +14,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/generated/clientset/versioned"
 	kollectv1alpha1 "kollect.dev/kollect/pkg/generated/clientset/versioned/typed/kollect/v1alpha1"
+	"kollect.dev/kollect/test/e2e/framework"
 )
 
 // TestMissingSinksAreReportedByTheCreate: an Inventory (and a
@@ -105,13 +107,26 @@ func TestMissingSinksAreReportedByTheCreate(t *testing.T) {
 // that shows it is "ghost", which nothing may regard.
 func waitFirstEntries(ctx context.Context, t *testing.T, api kollectv1alpha1.KollectV1alpha1Interface, ns string) {
 	t.Helper()
+	// A grant just made reaches the authorizers (kube-apiserver's for the
+	// proxied request, kollect-apiserver's) through their informers, so a
+	// refusal is retried until the deadline and reported if it persists.
+	var last error
 	err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
 		ghost, err := api.Inventories(ns).Create(ctx, &v1alpha1.Inventory{ObjectMeta: metav1.ObjectMeta{Name: "ghost"},
 			Spec: v1alpha1.InventorySpec{EventSinkRefs: []v1alpha1.SinkReference{{Name: "nowhere"}}}},
 			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil && len(ghost.Status.SinkExports) == 1, err
+		if last = err; err != nil {
+			return false, nil
+		}
+		if len(ghost.Status.SinkExports) != 1 {
+			last = fmt.Errorf("the dry run has %d entries (%+v); want 1", len(ghost.Status.SinkExports), ghost.Status.SinkExports)
+			return false, nil
+		}
+		return true, nil
 	})
-	must(t, err, "a dry run with a first entry")
+	if err != nil {
+		t.Fatalf("a dry run with a first entry: %v (last: %v)", err, last)
+	}
 }
 
 // TestFirstEntriesOnlyForMissingSinks: a sink created just before its
@@ -192,6 +207,68 @@ func TestFirstEntriesNeedRead(t *testing.T) {
 			t.Errorf("%s: the create's answer has %d entries (%+v); want %d", user, len(inv.Status.SinkExports), inv.Status.SinkExports, want)
 		}
 	}
+}
+
+// TestRefusedCreatesReadNoSink: whether a create's sinks exist is looked
+// up only once the create is valid and its user may use them. A create
+// refused by validation or by admission read every sink the cache missed,
+// so its latency told a tenant which sinks exist in a namespace she has no
+// rights in (97 % right from one create of 20 references), and names of
+// 140 kB reached etcd (found by review, helper 55). Counted on the
+// server's etcd requests: no get of a sink.
+func TestRefusedCreatesReadNoSink(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const ns, victim = "refused-own", "refused-victim"
+	createNamespace(ctx, t, ns)
+	createNamespace(ctx, t, victim)
+	_, err := kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "eve"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{"kollect.dev"}, Resources: []string{"inventories"}, Verbs: []string{"create", "get"}},
+		{APIGroups: []string{"kollect.dev"}, Resources: []string{"snapshotsinks", "eventsinks"}, Verbs: []string{"use"}},
+		{APIGroups: []string{"kollect.dev"}, Resources: []string{"inventoryitems"}, Verbs: []string{"list"}},
+	}}, metav1.CreateOptions{})
+	must(t, err, "role")
+	_, err = kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "eve"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "eve"},
+		Subjects: []rbacv1.Subject{{Kind: "User", Name: "eve"}}}, metav1.CreateOptions{})
+	must(t, err, "binding")
+	cfg := env.Cluster.RESTConfig()
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "eve"}
+	eve, err := versioned.NewForConfig(cfg)
+	must(t, err, "client")
+	// Her own sinks she may look up: the grant has arrived once a dry run
+	// of hers gets its entry.
+	waitFirstEntries(ctx, t, eve.KollectV1alpha1(), ns)
+
+	before := sinkGets(ctx, t)
+	refs := map[string][]v1alpha1.SinkReference{
+		"another namespace":  {{Name: "a", Namespace: victim}, {Name: "b", Namespace: victim}},
+		"an invalid name":    {{Name: strings.Repeat("x", 300)}},
+		"one of them usable": {{Name: "mine"}, {Name: "theirs", Namespace: victim}},
+	}
+	for what, refs := range refs {
+		for i := range 3 {
+			_, err := eve.KollectV1alpha1().Inventories(ns).Create(ctx, &v1alpha1.Inventory{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("refused-%d", i)},
+				Spec: v1alpha1.InventorySpec{SnapshotSinkRefs: refs}}, metav1.CreateOptions{})
+			if err == nil {
+				t.Fatalf("%s: the create was not refused", what)
+			}
+		}
+	}
+	if n := sinkGets(ctx, t) - before; n != 0 {
+		t.Errorf("9 refused creates read sinks %v times from etcd; want none", n)
+	}
+}
+
+// sinkGets is how many times kollect-apiserver has read a SnapshotSink
+// from etcd by name.
+func sinkGets(ctx context.Context, t *testing.T) float64 {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(env.Cluster.KollectRESTConfig(env.Cluster.Kollect()))
+	must(t, err, "metrics client")
+	body, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	must(t, err, "metrics")
+	return framework.SampleSum(string(body), "etcd_requests_total", `operation="get"`, `group="kollect.dev"`, `resource="snapshotsinks"`)
 }
 
 // createNamespace creates the namespace ns, deleted after the test.

@@ -8,6 +8,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/apis/kollect/validation"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
 	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
@@ -16,8 +17,12 @@ import (
 func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts common.Options) (*common.REST, *common.StatusREST, error) {
 	withFirst := kind
 	withFirst.Start = func(ctx context.Context, inv *kollect.ClusterInventory) {
+		if s := &inv.Spec; s.Suspend || len(s.SnapshotSinkRefs)+len(s.DatabaseSinkRefs)+len(s.EventSinkRefs) == 0 {
+			return // no exporters: nothing to look up, or to ask
+		}
 		inv.Status.SinkExports = opts.FirstEntries.Entries(ctx, scheme, inv, &v1alpha1.ClusterInventory{}, func(ctx context.Context) bool {
-			return opts.Checker.MayGet(ctx, "clusterinventories", inv.Namespace, inv.Name)
+			return len(validation.ValidateClusterInventory(inv)) == 0 && opts.Checker.MayGet(ctx, "clusterinventories", inv.Namespace, inv.Name) &&
+				opts.Checker.ClusterInventories().AdmitCreate(ctx, inv) == nil
 		})
 	}
 	main, status := withFirst.Strategies(common.NewBase(scheme, false, opts.Clock))

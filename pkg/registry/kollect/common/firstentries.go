@@ -2,6 +2,7 @@ package common
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,8 +28,12 @@ import (
 // through its storage, a consistent read, and only a sink that is really
 // missing gets an entry.
 //
-// The entries tell whether a sink exists, so they are given only to a user
-// who may read the inventory they create, who would see them there.
+// The entries tell whether a sink exists, so they are given only for a
+// create that passes validation and the kind's tenancy admission (quotas
+// aside), by a user who may read the inventory they create (who would see
+// them there): that is decided before any sink is looked up, so that a
+// create refused learns nothing of which sinks exist, not even from its
+// latency.
 //
 // Without a source (a replica that does not lead, a controller whose
 // caches are not synced yet or that is stopping) a new inventory starts
@@ -80,25 +85,33 @@ func (f *FirstEntries) Source() FirstEntrySource {
 // Entries returns the first entries of obj, an inventory of the internal
 // version being created, which the source reads as scheme converts it into
 // versioned: the SinkNotFound entries of sinks that are missing, when
-// mayRead says the requesting user may read the inventory. Without a
-// source it returns none.
-func (f *FirstEntries) Entries(ctx context.Context, scheme *runtime.Scheme, obj, versioned runtime.Object, mayRead func(context.Context) bool) []kollect.SinkExportStatus {
+// allowed says the create is valid and admitted and the requesting user
+// may read the inventory. Without a source it returns none.
+func (f *FirstEntries) Entries(ctx context.Context, scheme *runtime.Scheme, obj, versioned runtime.Object, allowed func(context.Context) bool) []kollect.SinkExportStatus {
 	src := f.Source()
-	if src == nil {
+	if src == nil || !allowed(ctx) {
 		return nil
 	}
 	if err := scheme.Convert(obj, versioned, nil); err != nil {
 		return nil
 	}
 	first := src.FirstEntries(versioned.(metav1.Object))
-	if len(first) == 0 || !mayRead(ctx) {
+	if len(first) == 0 {
 		return nil
 	}
+	// The reads are the create's own latency: one round trip for all.
+	missing := make([]bool, len(first))
+	var wg sync.WaitGroup
+	for i, e := range first {
+		if e.Reason == v1alpha1.ReasonSinkNotFound {
+			wg.Go(func() { missing[i] = f.missing(ctx, e.Family, e.Namespace, e.Name) })
+		}
+	}
+	wg.Wait()
 	var out []kollect.SinkExportStatus
-	for _, e := range first {
+	for i := range first {
 		var in kollect.SinkExportStatus
-		if e.Reason == v1alpha1.ReasonSinkNotFound && f.missing(ctx, e.Family, e.Namespace, e.Name) &&
-			v1alpha1.Convert_v1alpha1_SinkExportStatus_To_kollect_SinkExportStatus(&e, &in, nil) == nil {
+		if missing[i] && v1alpha1.Convert_v1alpha1_SinkExportStatus_To_kollect_SinkExportStatus(&first[i], &in, nil) == nil {
 			out = append(out, in)
 		}
 	}
