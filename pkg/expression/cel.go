@@ -53,6 +53,8 @@ var callGuardOf = sync.OnceValues(func() (*callGuard, error) {
 	return newCallGuard(env)
 })
 
+// compileCEL checks expr in a checker process (checker.go) and plans the
+// checked expression here.
 func compileCEL(expr string) (c *celExpression, err error) {
 	// cel-go panics on some input while it plans, such as a bytes key in
 	// a constant map literal: that must reject the expression, not crash
@@ -60,6 +62,43 @@ func compileCEL(expr string) (c *celExpression, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			c, err = nil, fmt.Errorf("invalid CEL expression: %v", r)
+		}
+	}()
+	ast, err := checkInChild(expr)
+	if err != nil {
+		return nil, err
+	}
+	env, err := celEnv()
+	if err != nil {
+		return nil, fmt.Errorf("the CEL environment is broken: %v", err)
+	}
+	guard, err := callGuardOf()
+	if err != nil {
+		return nil, fmt.Errorf("the CEL environment is broken: %v", err)
+	}
+	// Not cel.OptOptimize: it compiles constant regular expressions
+	// whatever their size, and replaces the calls the guard wraps.
+	program, err := env.Program(ast,
+		cel.CostLimit(RuntimeCostLimit),
+		cel.CostTracking(workCost{}),
+		cel.CustomDecorator(guard.decorate),
+		// Every iteration: one step may hash a 3 MiB map key a thousand
+		// times (about 55 ms), for a cost of one each.
+		cel.InterruptCheckFrequency(1),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("invalid CEL expression: %v", err)
+	}
+	return &celExpression{program: program}, nil
+}
+
+// checkCEL parses and type-checks expr and estimates its cost, refusing
+// what the counts below find too large to check and what costs more than
+// StaticCostBudget. It runs in the checker process.
+func checkCEL(expr string) (checked *cel.Ast, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			checked, err = nil, fmt.Errorf("invalid CEL expression: %v", r)
 		}
 	}()
 	if strings.TrimSpace(expr) == "" {
@@ -79,28 +118,10 @@ func compileCEL(expr string) (c *celExpression, err error) {
 	if hasErrors(issues) {
 		return nil, celIssue(issues.Errors())
 	}
-	nodes := celast.MatchDescendants(celast.NavigateAST(parsed.NativeRep()), everyNode)
-	if len(nodes) > maxNodes {
-		return nil, fmt.Errorf("invalid CEL expression: %d operations once its macros are expanded, at most %d", len(nodes), maxNodes)
-	}
-	if err := uncountedSyntax(nodes); err != nil {
-		return nil, err
-	}
-	if err := foldedInAll(nodes); err != nil {
-		return nil, err
-	}
-	if err := literalShapes(nodes); err != nil {
-		return nil, err
-	}
-	if w := substitutionWork(parsed.NativeRep().Expr()); w > maxSubstitutionWork {
-		return nil, fmt.Errorf("invalid CEL expression: too many overloads to check against its type variables (%d, at most %d): fewer indexes, comparisons or generic calls", w, maxSubstitutionWork)
-	}
-	depth, work := typeShape(parsed.NativeRep().Expr())
-	if depth > maxTypeDepth {
-		return nil, fmt.Errorf("invalid CEL expression: values nested %d deep (lists, maps, optionals), at most %d", depth, maxTypeDepth)
-	}
-	if work > maxTypeWork {
-		return nil, fmt.Errorf("invalid CEL expression: its values' types are too large to check (%d, at most %d): fewer nested lists and maps, or fewer uses of them", work, maxTypeWork)
+	if !skipCounts {
+		if err := countBeforeCheck(parsed); err != nil {
+			return nil, err
+		}
 	}
 	ast, issues := env.Check(parsed)
 	if hasErrors(issues) {
@@ -123,24 +144,37 @@ func compileCEL(expr string) (c *celExpression, err error) {
 		return nil, fmt.Errorf("the CEL expression is too expensive: its estimated cost exceeds the budget by a factor of %s (avoid nested loops over lists of the object)",
 			costFactor(cost.Max))
 	}
-	guard, err := callGuardOf()
-	if err != nil {
-		return nil, fmt.Errorf("the CEL environment is broken: %v", err)
+	return ast, nil
+}
+
+// countBeforeCheck refuses what cel-go's checker would take too long or
+// too much memory to check, with a message that says why: each count
+// below bounds a way reviews found. The checker process bounds the rest.
+func countBeforeCheck(parsed *cel.Ast) error {
+	nodes := celast.MatchDescendants(celast.NavigateAST(parsed.NativeRep()), everyNode)
+	if len(nodes) > maxNodes {
+		return fmt.Errorf("invalid CEL expression: %d operations once its macros are expanded, at most %d", len(nodes), maxNodes)
 	}
-	// Not cel.OptOptimize: it compiles constant regular expressions
-	// whatever their size, and replaces the calls the guard wraps.
-	program, err := env.Program(ast,
-		cel.CostLimit(RuntimeCostLimit),
-		cel.CostTracking(workCost{}),
-		cel.CustomDecorator(guard.decorate),
-		// Every iteration: one step may hash a 3 MiB map key a thousand
-		// times (about 55 ms), for a cost of one each.
-		cel.InterruptCheckFrequency(1),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("invalid CEL expression: %v", err)
+	if err := uncountedSyntax(nodes); err != nil {
+		return err
 	}
-	return &celExpression{program: program}, nil
+	if err := foldedInAll(nodes); err != nil {
+		return err
+	}
+	if err := literalShapes(nodes); err != nil {
+		return err
+	}
+	if w := substitutionWork(parsed.NativeRep().Expr()); w > maxSubstitutionWork {
+		return fmt.Errorf("invalid CEL expression: too many overloads to check against its type variables (%d, at most %d): fewer indexes, comparisons or generic calls", w, maxSubstitutionWork)
+	}
+	depth, work := typeShape(parsed.NativeRep().Expr())
+	if depth > maxTypeDepth {
+		return fmt.Errorf("invalid CEL expression: values nested %d deep (lists, maps, optionals), at most %d", depth, maxTypeDepth)
+	}
+	if work > maxTypeWork {
+		return fmt.Errorf("invalid CEL expression: its values' types are too large to check (%d, at most %d): fewer nested lists and maps, or fewer uses of them", work, maxTypeWork)
+	}
+	return nil
 }
 
 // maxNodes bounds the expression once parsed, macros expanded:

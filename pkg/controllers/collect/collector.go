@@ -52,6 +52,7 @@ import (
 	"kollect.dev/kollect/pkg/controllers/extract"
 	"kollect.dev/kollect/pkg/controllers/informers"
 	"kollect.dev/kollect/pkg/controllers/metrics"
+	"kollect.dev/kollect/pkg/expression"
 	"kollect.dev/kollect/pkg/generated/clientset/versioned"
 	kollectinformers "kollect.dev/kollect/pkg/generated/informers/externalversions"
 	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
@@ -756,6 +757,9 @@ func (c *Collector) configure(v *view, prev *targetConfig) (cfg *targetConfig, r
 		return prev, "", "", nil
 	}
 	ext, err := extract.New(p)
+	if errors.Is(err, expression.ErrCheckerUnavailable) {
+		return nil, "", "", err // the server's, not the Profile's
+	}
 	if err != nil {
 		return nil, ReasonProfileInvalid, fmt.Sprintf("Profile %s: %v", v.profile, err), nil
 	}

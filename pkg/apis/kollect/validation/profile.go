@@ -1,6 +1,7 @@
 package validation
 
 import (
+	"errors"
 	"strings"
 
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -91,7 +92,9 @@ func validateAttributePath(path string, fldPath *field.Path) field.ErrorList {
 	case len(path) > MaxPathLength:
 		return field.ErrorList{field.TooLong(fldPath, path, MaxPathLength)}
 	}
-	if _, err := expression.Compile(path); err != nil {
+	if _, err := expression.Compile(path); errors.Is(err, expression.ErrCheckerUnavailable) {
+		return field.ErrorList{field.InternalError(fldPath, err)}
+	} else if err != nil {
 		return field.ErrorList{field.Invalid(fldPath, path, err.Error())}
 	}
 	return nil

@@ -1,0 +1,442 @@
+package expression
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/cel-go/cel"
+	exprpb "google.golang.org/genproto/googleapis/api/expr/v1alpha1"
+	"google.golang.org/protobuf/proto"
+)
+
+// CEL expressions are type-checked and their cost estimated in a child
+// process, the checker, with its memory limited by the kernel and its time
+// by a deadline. cel-go's checker bounds neither: eighteen reviews each
+// found an expression that made it take seconds or gigabytes, two of them
+// ending the server out of memory at admission, where a tenant who may
+// create Profiles reaches it. The counts in cel.go refuse those found so
+// far, with a message that says why; the checker process is what bounds
+// the ones not found yet. The server only plans the checked expression,
+// which is linear in its size.
+//
+// The checker is this same executable started again (/proc/self/exe) with
+// checkerEnv set: package expression's init serves checks on stdin and
+// stdout and exits, before the program's main runs.
+
+const checkerEnv = "KOLLECT_CEL_CHECKER"
+
+// skipCounts leaves out countBeforeCheck, so that tests show what the
+// checker process bounds alone. The server never sets it; a checker reads
+// it from skipCountsEnv, which only startChecker sets.
+var skipCounts bool
+
+const skipCountsEnv = "KOLLECT_CEL_CHECKER_SKIPS_COUNTS"
+
+// Limits of one check. Variables so tests can lower them.
+var (
+	// checkerMemory is the checker's data limit (RLIMIT_DATA: its heap and
+	// other private memory), the process's whole size once started.
+	checkerMemory int64 = 384 << 20
+	// checkCPU bounds the processor time of one check: a property of the
+	// expression, whatever the machine's load. Ordinary expressions take
+	// a millisecond; the largest the counts allow, tens.
+	checkCPU = 2 * time.Second
+	// checkWall bounds one check in time: past it the checker was starved
+	// (it runs below the server's priority), which says nothing of the
+	// expression.
+	checkWall = 30 * time.Second
+	// checkerWait bounds the wait for a free checker when all are busy.
+	checkerWait = 10 * time.Second
+)
+
+// ErrCheckerUnavailable marks a CEL expression that could not be checked
+// for reasons of the server's (no free checker, one that could not start
+// or ended on its own): the same expression may be accepted later.
+var ErrCheckerUnavailable = errors.New("the CEL checker is unavailable")
+
+const (
+	// maxCheckers is how many checks run at once: each may use a core
+	// and checkerMemory until it is stopped.
+	maxCheckers = 2
+	// maxCheckedBytes bounds an answer: a checked expression of maxNodes
+	// nodes and their types is far smaller.
+	maxCheckedBytes = 8 << 20
+	// maxRequestBytes bounds a request: paths are shorter (MaxPathLength).
+	maxRequestBytes = 1 << 20
+)
+
+// Answer kinds, the first byte of an answer.
+const (
+	answerChecked byte = iota // a marshalled exprpb.CheckedExpr
+	answerRefused             // why the expression is invalid
+	answerReady               // the checker has started: its first answer
+)
+
+func init() {
+	limit := os.Getenv(checkerEnv)
+	if limit == "" {
+		return
+	}
+	skipCounts = os.Getenv(skipCountsEnv) == "1"
+	os.Exit(serveChecks(limit, os.Stdin, os.Stdout))
+}
+
+// serveChecks is the checker's main: it limits its own memory, then
+// answers requests until stdin closes (the server stopped).
+func serveChecks(limit string, in io.Reader, out io.Writer) int {
+	memory, err := strconv.ParseInt(limit, 10, 64)
+	if err != nil || memory <= 0 {
+		fmt.Fprintf(os.Stderr, "%s=%q: want a memory limit in bytes\n", checkerEnv, limit)
+		return 2
+	}
+	if err := limitProcess(uint64(memory)); err != nil {
+		fmt.Fprintf(os.Stderr, "limiting the checker: %v\n", err)
+		return 2
+	}
+	// Collect harder near the limit, so that an expression refused for
+	// memory needs it live, not merely allocated.
+	debug.SetMemoryLimit(memory * 3 / 4)
+	r, w := bufio.NewReader(in), bufio.NewWriter(out)
+	if _, err := celEnv(); err != nil {
+		fmt.Fprintf(os.Stderr, "the CEL environment is broken: %v\n", err)
+		return 2
+	}
+	if err := writeFrame(w, answerReady, nil); err != nil {
+		return 2
+	}
+	for {
+		expr, err := readFrame(r, maxRequestBytes)
+		if errors.Is(err, io.EOF) {
+			return 0
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "reading a request: %v\n", err)
+			return 2
+		}
+		kind, body := answer(string(expr[1:])) // after the request's kind
+		if err := writeFrame(w, kind, body); err != nil {
+			fmt.Fprintf(os.Stderr, "writing an answer: %v\n", err)
+			return 2
+		}
+	}
+}
+
+// answer checks one expression in the checker.
+func answer(expr string) (byte, []byte) {
+	ast, err := checkCEL(expr)
+	if err != nil {
+		return answerRefused, []byte(err.Error())
+	}
+	checked, err := cel.AstToCheckedExpr(ast)
+	if err == nil {
+		var body []byte
+		if body, err = proto.Marshal(checked); err == nil {
+			return answerChecked, body
+		}
+	}
+	return answerRefused, fmt.Appendf(nil, "the checked CEL expression cannot be encoded: %v", err)
+}
+
+// checkInChild type-checks expr in a checker and returns its checked form.
+// A refusal is a short sentence fit for a validation message.
+func checkInChild(expr string) (*cel.Ast, error) {
+	if len(expr) > maxRequestBytes {
+		return nil, fmt.Errorf("the CEL expression is longer than %d bytes", maxRequestBytes)
+	}
+	c, err := checkers.acquire()
+	if err != nil {
+		return nil, err
+	}
+	kind, body, err := c.check(expr)
+	if errors.Is(err, ErrCheckerUnavailable) && c.reused {
+		// An idle checker may have ended for reasons of its own (the
+		// kernel's OOM killer): that says nothing of this expression.
+		checkers.release(c, false)
+		if c, err = checkers.acquire(); err != nil {
+			return nil, err
+		}
+		kind, body, err = c.check(expr)
+	}
+	checkers.release(c, err == nil)
+	if err != nil {
+		return nil, err
+	}
+	if kind == answerRefused {
+		return nil, errors.New(string(body))
+	}
+	var checked exprpb.CheckedExpr
+	if err := proto.Unmarshal(body, &checked); err != nil {
+		return nil, fmt.Errorf("the checked CEL expression cannot be decoded: %v", err)
+	}
+	return cel.CheckedExprToAst(&checked), nil
+}
+
+// checkerPool runs at most maxCheckers checks at once and keeps the
+// checkers that finished theirs for the next, for checkerIdle: each holds
+// about 50 MB.
+type checkerPool struct {
+	slots chan struct{} // one per check running
+	mu    sync.Mutex
+	idle  []*checkProcess // the most recently used last
+}
+
+var checkers = &checkerPool{slots: make(chan struct{}, maxCheckers)}
+
+// checkerIdle is how long an unused checker is kept.
+const checkerIdle = time.Minute
+
+func (p *checkerPool) acquire() (*checkProcess, error) {
+	select {
+	case p.slots <- struct{}{}:
+	case <-time.After(checkerWait):
+		return nil, fmt.Errorf("%w: %d expressions have been checking for %v; try again", ErrCheckerUnavailable, maxCheckers, checkerWait)
+	}
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		c := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		c.reused = true
+		return c, nil
+	}
+	p.mu.Unlock()
+	c, err := startChecker()
+	if err != nil {
+		<-p.slots
+		return nil, fmt.Errorf("%w: %v", ErrCheckerUnavailable, err)
+	}
+	return c, nil
+}
+
+// release keeps c for the next check if it is healthy, else ends it, and
+// frees its slot.
+func (p *checkerPool) release(c *checkProcess, healthy bool) {
+	if healthy {
+		c.idleSince = time.Now()
+		p.mu.Lock()
+		p.idle = append(p.idle, c)
+		p.mu.Unlock()
+		time.AfterFunc(checkerIdle, func() { p.expire(checkerIdle) })
+	} else {
+		c.stop()
+	}
+	<-p.slots
+}
+
+// expire ends the checkers unused for longer than idle.
+func (p *checkerPool) expire(idle time.Duration) {
+	p.mu.Lock()
+	var old []*checkProcess
+	p.idle = slices.DeleteFunc(p.idle, func(c *checkProcess) bool {
+		if time.Since(c.idleSince) >= idle {
+			old = append(old, c)
+			return true
+		}
+		return false
+	})
+	p.mu.Unlock()
+	for _, c := range old {
+		c.stop()
+	}
+}
+
+// checkProcess is one checker process.
+type checkProcess struct {
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Reader
+	stderr *headBuffer
+	reused bool
+	// idleSince is when it last went idle.
+	idleSince time.Time
+	// overran says which limit the last check passed: the process was
+	// killed for it.
+	overran error
+}
+
+func startChecker() (*checkProcess, error) {
+	self, err := checkerExecutable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self)
+	cmd.Args = []string{os.Args[0]}
+	// Not the server's environment: the checker needs none of it, and
+	// one core is its share.
+	cmd.Env = []string{checkerEnv + "=" + strconv.FormatInt(checkerMemory, 10), "GOMAXPROCS=1", "GOTRACEBACK=none"}
+	if skipCounts {
+		cmd.Env = append(cmd.Env, skipCountsEnv+"=1")
+	}
+	cmd.SysProcAttr = checkerProcAttr()
+	c := &checkProcess{cmd: cmd, stderr: &headBuffer{max: 4096}}
+	cmd.Stderr = c.stderr
+	if c.in, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	c.out = bufio.NewReader(stdout)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	// Its memory limit applies from here: a checker that fails before
+	// it is ready failed for the server's reasons.
+	timer := time.AfterFunc(checkWall, func() { _ = cmd.Process.Kill() })
+	ready, err := readFrame(c.out, 1)
+	timer.Stop()
+	if err != nil || ready[0] != answerReady {
+		c.stop()
+		return nil, fmt.Errorf("it did not start (%v, %v): %s", err, cmd.ProcessState, c.stderr.firstLine())
+	}
+	return c, nil
+}
+
+// check sends expr and reads the answer, killing the process if the check
+// passes checkCPU or checkWall.
+func (c *checkProcess) check(expr string) (byte, []byte, error) {
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		c.overran = c.watch(stop)
+	}()
+	err := writeFrame(c.in, 0, []byte(expr))
+	var body []byte
+	if err == nil {
+		body, err = readFrame(c.out, maxCheckedBytes+1)
+	}
+	close(stop)
+	<-stopped
+	switch {
+	case c.overran != nil:
+		c.stop()
+		return 0, nil, c.overran
+	case err != nil:
+		return 0, nil, c.failure(err)
+	case len(body) == 0:
+		c.stop()
+		return 0, nil, fmt.Errorf("%w: it answered nothing", ErrCheckerUnavailable)
+	}
+	return body[0], body[1:], nil
+}
+
+// watch kills the process once the check passes a limit, and says which.
+func (c *checkProcess) watch(stop <-chan struct{}) error {
+	start := time.Now()
+	pid := c.cmd.Process.Pid
+	cpu0, _ := processCPU(pid)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return nil
+		case <-tick.C:
+		}
+		var overran error
+		if cpu, err := processCPU(pid); err == nil && cpu-cpu0 > checkCPU {
+			overran = fmt.Errorf("the CEL expression takes too long to type-check (more than %v of processor time): fewer operations, comparisons or nested values", checkCPU)
+		} else if time.Since(start) > checkWall {
+			overran = fmt.Errorf("%w: no answer in %v; try again", ErrCheckerUnavailable, checkWall)
+		}
+		if overran != nil {
+			_ = c.cmd.Process.Kill()
+			return overran
+		}
+	}
+}
+
+// failure says why a check got no answer, once the process has ended.
+func (c *checkProcess) failure(err error) error {
+	c.stop()
+	why := c.stderr.firstLine()
+	// Go fails in several ways at its data limit (out of memory, cannot
+	// allocate memory, a fault when a stack cannot grow): what they share
+	// is the size the process had reached.
+	if strings.Contains(why, "memory") || peakRSS(c.cmd.ProcessState) >= checkerMemory/2 {
+		return fmt.Errorf("the CEL expression takes too much memory to type-check (more than %d MiB): fewer operations, comparisons or nested values", checkerMemory>>20)
+	}
+	return fmt.Errorf("%w: it ended (%v, %v): %s", ErrCheckerUnavailable, err, c.cmd.ProcessState, why)
+}
+
+// stop ends the process and waits for it.
+func (c *checkProcess) stop() {
+	_ = c.in.Close()
+	if c.cmd.ProcessState == nil {
+		_ = c.cmd.Process.Kill()
+		_ = c.cmd.Wait()
+	}
+}
+
+// Frames are a 4-byte big-endian length and that many bytes; an answer's
+// first byte is its kind.
+func writeFrame(w io.Writer, kind byte, body []byte) error {
+	var b bytes.Buffer
+	header := binary.BigEndian.AppendUint32(nil, uint32(len(body)+1))
+	b.Write(header)
+	b.WriteByte(kind)
+	b.Write(body)
+	if _, err := w.Write(b.Bytes()); err != nil {
+		return err
+	}
+	if f, ok := w.(interface{ Flush() error }); ok {
+		return f.Flush()
+	}
+	return nil
+}
+
+// readFrame reads one frame of at most max bytes, kind byte included.
+func readFrame(r *bufio.Reader, max int) ([]byte, error) {
+	var header [4]byte
+	if _, err := io.ReadFull(r, header[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(header[:])
+	if n == 0 || int64(n) > int64(max) {
+		return nil, fmt.Errorf("a frame of %d bytes, at most %d", n, max)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, io.ErrUnexpectedEOF
+	}
+	return body, nil
+}
+
+// headBuffer keeps the first max bytes written to it: the checker's
+// standard error, whose first line says why it ended (the runtime's
+// goroutine dump follows).
+type headBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (h *headBuffer) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if room := h.max - len(h.b); room > 0 {
+		h.b = append(h.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+// firstLine is the first line written.
+func (h *headBuffer) firstLine() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	line, _, _ := strings.Cut(strings.TrimSpace(string(h.b)), "\n")
+	return line
+}

@@ -1,0 +1,75 @@
+package expression
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// checkerExecutable is this executable, even if its file was replaced
+// since it started (an upgrade in place).
+func checkerExecutable() (string, error) { return "/proc/self/exe", nil }
+
+// checkerProcAttr ends the checker with the server.
+func checkerProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
+
+// limitProcess bounds the checker's memory, lowers its priority below the
+// server's and makes it the first the kernel ends when the container runs
+// out of memory (a process may raise its own score).
+func limitProcess(memory uint64) error {
+	// The race detector's shadow memory is private data too, many
+	// times the heap: such test builds check unbounded.
+	if raceBuild {
+		memory = math.MaxUint64 // RLIM_INFINITY
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_DATA, &syscall.Rlimit{Cur: memory, Max: memory}); err != nil {
+		return err
+	}
+	if err := os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0); err != nil {
+		return err
+	}
+	return syscall.Setpriority(syscall.PRIO_PROCESS, 0, 10)
+}
+
+// processCPU is the processor time pid has used, from /proc/pid/stat
+// (utime and stime, in the kernel's USER_HZ ticks of 10 ms).
+func processCPU(pid int) (time.Duration, error) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces: fields count
+	// from after its closing parenthesis, where field 3 (state) starts.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, errors.New("no command name in /proc/pid/stat")
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	if len(fields) < 13 {
+		return 0, errors.New("too few fields in /proc/pid/stat")
+	}
+	var ticks int64
+	for _, f := range fields[11:13] { // utime, stime: fields 14 and 15
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
+// peakRSS is the most memory an ended process had resident.
+func peakRSS(state *os.ProcessState) int64 {
+	if u, ok := state.SysUsage().(*syscall.Rusage); ok {
+		return u.Maxrss << 10 // KiB on Linux
+	}
+	return 0
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package expression
+
+const raceBuild = true
