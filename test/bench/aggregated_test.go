@@ -210,11 +210,15 @@ func BenchmarkAggregatedVsCRD(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		quiet, err := fleet.unobserved(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
 		conditions, err := aggregatedConditions(cs, toolsDir, kollectBin, loadBefore, loadAverage(), fleet)
 		if err != nil {
 			b.Fatal(err)
 		}
-		fleet.print(os.Stdout, fig, ref, conditions)
+		fleet.print(os.Stdout, fig, quiet, ref, conditions)
 		if idleOpts.only {
 			return
 		}
