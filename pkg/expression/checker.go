@@ -3,6 +3,7 @@ package expression
 import (
 	"bufio"
 	"bytes"
+	"container/list"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/google/cel-go/cel"
@@ -117,7 +119,7 @@ func serveChecks(limit string, in io.Reader, out io.Writer) int {
 		return 2
 	}
 	for {
-		expr, err := readFrame(r, maxRequestBytes)
+		expr, err := readFrame(r, maxRequestBytes+1)
 		if errors.Is(err, io.EOF) {
 			return 0
 		}
@@ -125,7 +127,7 @@ func serveChecks(limit string, in io.Reader, out io.Writer) int {
 			fmt.Fprintf(os.Stderr, "reading a request: %v\n", err)
 			return 2
 		}
-		kind, body := answer(string(expr[1:])) // after the request's kind
+		kind, body := checkAnswer(string(expr[1:])) // after the request's kind
 		if err := writeFrame(w, kind, body); err != nil {
 			fmt.Fprintf(os.Stderr, "writing an answer: %v\n", err)
 			return 2
@@ -133,8 +135,8 @@ func serveChecks(limit string, in io.Reader, out io.Writer) int {
 	}
 }
 
-// answer checks one expression in the checker.
-func answer(expr string) (byte, []byte) {
+// checkAnswer checks one expression, in the checker.
+func checkAnswer(expr string) (byte, []byte) {
 	ast, err := checkCEL(expr)
 	if err != nil {
 		return answerRefused, []byte(err.Error())
@@ -143,6 +145,9 @@ func answer(expr string) (byte, []byte) {
 	if err == nil {
 		var body []byte
 		if body, err = proto.Marshal(checked); err == nil {
+			if len(body) >= maxCheckedBytes {
+				return answerRefused, fmt.Appendf(nil, "the CEL expression's checked form is larger than %d MiB: fewer operations or nested values", maxCheckedBytes>>20)
+			}
 			return answerChecked, body
 		}
 	}
@@ -150,37 +155,114 @@ func answer(expr string) (byte, []byte) {
 }
 
 // checkInChild type-checks expr in a checker and returns its checked form.
-// A refusal is a short sentence fit for a validation message.
+// A refusal is a short sentence fit for a validation message. Answers are
+// kept by expression (answers): a Profile is compiled at admission, then
+// by the collector of each of its Targets, and a tenant repeating an
+// expression the checker refused costs it nothing more.
 func checkInChild(expr string) (*cel.Ast, error) {
 	if len(expr) > maxRequestBytes {
 		return nil, fmt.Errorf("the CEL expression is longer than %d bytes", maxRequestBytes)
 	}
-	c, err := checkers.acquire()
-	if err != nil {
-		return nil, err
-	}
-	kind, body, err := c.check(expr)
-	if errors.Is(err, ErrCheckerUnavailable) && c.reused {
-		// An idle checker may have ended for reasons of its own (the
-		// kernel's OOM killer): that says nothing of this expression.
-		checkers.release(c, false)
-		if c, err = checkers.acquire(); err != nil {
+	a, ok := answers.get(expr)
+	if !ok {
+		var err error
+		if a, err = askChecker(expr); errors.Is(err, ErrCheckerUnavailable) {
 			return nil, err
+		} else if err != nil {
+			a = answer{kind: answerRefused, body: []byte(err.Error())} // past a limit
 		}
-		kind, body, err = c.check(expr)
+		answers.add(expr, a)
 	}
-	checkers.release(c, err == nil)
-	if err != nil {
-		return nil, err
-	}
-	if kind == answerRefused {
-		return nil, errors.New(string(body))
+	if a.kind == answerRefused {
+		return nil, errors.New(string(a.body))
 	}
 	var checked exprpb.CheckedExpr
-	if err := proto.Unmarshal(body, &checked); err != nil {
+	if err := proto.Unmarshal(a.body, &checked); err != nil {
 		return nil, fmt.Errorf("the checked CEL expression cannot be decoded: %v", err)
 	}
 	return cel.CheckedExprToAst(&checked), nil
+}
+
+// askChecker gets a checker's answer for expr; an error is the server's
+// (ErrCheckerUnavailable) or the expression's limits.
+func askChecker(expr string) (answer, error) {
+	c, err := checkers.acquire(false)
+	if err != nil {
+		return answer{}, err
+	}
+	a, err := c.check(expr)
+	if errors.Is(err, ErrCheckerUnavailable) && c.reused {
+		// An idle checker may have ended for reasons of its own (the
+		// kernel's OOM killer, which may have ended the others too):
+		// that says nothing of this expression, which a new one checks.
+		checkers.release(c, false)
+		if c, err = checkers.acquire(true); err != nil {
+			return answer{}, err
+		}
+		a, err = c.check(expr)
+	}
+	// A checker that grew large keeps its memory while idle, and the peak
+	// it reached would be blamed on the next check that fails.
+	checkers.release(c, err == nil && residentPeak(c.cmd.Process.Pid) < checkerMemory/4)
+	return a, err
+}
+
+// answer is a checker's answer: its kind and body.
+type answer struct {
+	kind byte
+	body []byte
+}
+
+// answers keeps the latest answers, up to maxAnswerBytes of them.
+var answers = &answerCache{index: map[string]*list.Element{}}
+
+const (
+	maxAnswerBytes = 32 << 20
+	// maxCachedAnswer leaves out the few largest answers, so that the
+	// cache holds many.
+	maxCachedAnswer = 1 << 20
+)
+
+type answerCache struct {
+	mu    sync.Mutex
+	order list.List // of *cachedAnswer, the most recent first
+	index map[string]*list.Element
+	bytes int
+}
+
+type cachedAnswer struct {
+	expr string
+	answer
+}
+
+func (c *answerCache) get(expr string) (answer, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.index[expr]
+	if !ok {
+		return answer{}, false
+	}
+	c.order.MoveToFront(e)
+	return e.Value.(*cachedAnswer).answer, true
+}
+
+func (c *answerCache) add(expr string, a answer) {
+	size := len(expr) + len(a.body)
+	if size > maxCachedAnswer {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.index[expr]; ok {
+		return
+	}
+	c.index[expr] = c.order.PushFront(&cachedAnswer{expr: expr, answer: a})
+	c.bytes += size
+	for c.bytes > maxAnswerBytes {
+		old := c.order.Remove(c.order.Back()).(*cachedAnswer)
+		delete(c.index, old.expr)
+		c.bytes -= len(old.expr) + len(old.body)
+	}
 }
 
 // checkerPool runs at most maxCheckers checks at once and keeps the
@@ -197,14 +279,16 @@ var checkers = &checkerPool{slots: make(chan struct{}, maxCheckers)}
 // checkerIdle is how long an unused checker is kept.
 const checkerIdle = time.Minute
 
-func (p *checkerPool) acquire() (*checkProcess, error) {
+// acquire takes a slot and an idle checker, or a new one when there is
+// none or fresh is set.
+func (p *checkerPool) acquire(fresh bool) (*checkProcess, error) {
 	select {
 	case p.slots <- struct{}{}:
 	case <-time.After(checkerWait):
 		return nil, fmt.Errorf("%w: %d expressions have been checking for %v; try again", ErrCheckerUnavailable, maxCheckers, checkerWait)
 	}
 	p.mu.Lock()
-	if n := len(p.idle); n > 0 {
+	if n := len(p.idle); n > 0 && !fresh {
 		c := p.idle[n-1]
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
@@ -307,11 +391,13 @@ func startChecker() (*checkProcess, error) {
 
 // check sends expr and reads the answer, killing the process if the check
 // passes checkCPU or checkWall.
-func (c *checkProcess) check(expr string) (byte, []byte, error) {
+func (c *checkProcess) check(expr string) (answer, error) {
+	pid := c.cmd.Process.Pid
+	cpu0, _ := processCPU(pid) // before the request: all of the check counts
 	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
-		c.overran = c.watch(stop)
+		c.overran = c.watch(stop, cpu0)
 	}()
 	err := writeFrame(c.in, 0, []byte(expr))
 	var body []byte
@@ -323,21 +409,20 @@ func (c *checkProcess) check(expr string) (byte, []byte, error) {
 	switch {
 	case c.overran != nil:
 		c.stop()
-		return 0, nil, c.overran
+		return answer{}, c.overran
 	case err != nil:
-		return 0, nil, c.failure(err)
+		return answer{}, c.failure(err)
 	case len(body) == 0:
 		c.stop()
-		return 0, nil, fmt.Errorf("%w: it answered nothing", ErrCheckerUnavailable)
+		return answer{}, fmt.Errorf("%w: it answered nothing", ErrCheckerUnavailable)
 	}
-	return body[0], body[1:], nil
+	return answer{kind: body[0], body: body[1:]}, nil
 }
 
 // watch kills the process once the check passes a limit, and says which.
-func (c *checkProcess) watch(stop <-chan struct{}) error {
+func (c *checkProcess) watch(stop <-chan struct{}, cpu0 time.Duration) error {
 	start := time.Now()
 	pid := c.cmd.Process.Pid
-	cpu0, _ := processCPU(pid)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -363,13 +448,18 @@ func (c *checkProcess) watch(stop <-chan struct{}) error {
 func (c *checkProcess) failure(err error) error {
 	c.stop()
 	why := c.stderr.firstLine()
+	state := c.cmd.ProcessState
 	// Go fails in several ways at its data limit (out of memory, cannot
-	// allocate memory, a fault when a stack cannot grow): what they share
-	// is the size the process had reached.
-	if strings.Contains(why, "memory") || peakRSS(c.cmd.ProcessState) >= checkerMemory/2 {
+	// allocate memory, a fault when a stack cannot grow), each time
+	// exiting 2: what they share is the size the process had reached, in
+	// this check (askChecker retires checkers that grew large). A process
+	// killed by a signal was killed by someone else: the kernel's OOM
+	// killer, short of the container's memory, or an operator.
+	if ws, ok := state.Sys().(syscall.WaitStatus); ok && !ws.Signaled() && ws.ExitStatus() == 2 &&
+		(strings.Contains(why, "memory") || peakRSS(state) >= checkerMemory/2) {
 		return fmt.Errorf("the CEL expression takes too much memory to type-check (more than %d MiB): fewer operations, comparisons or nested values", checkerMemory>>20)
 	}
-	return fmt.Errorf("%w: it ended (%v, %v): %s", ErrCheckerUnavailable, err, c.cmd.ProcessState, why)
+	return fmt.Errorf("%w: it ended (%v, %v): %s", ErrCheckerUnavailable, err, state, why)
 }
 
 // stop ends the process and waits for it.

@@ -35,7 +35,25 @@ func limitProcess(memory uint64) error {
 	if err := os.WriteFile("/proc/self/oom_score_adj", []byte("1000"), 0); err != nil {
 		return err
 	}
-	return syscall.Setpriority(syscall.PRIO_PROCESS, 0, 10)
+	// A priority is a thread's: every thread the runtime has started gets
+	// it, and threads started later inherit it from theirs. Twice, for a
+	// thread started by one not yet lowered.
+	for range 2 {
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			return err
+		}
+		for _, t := range tasks {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil {
+				continue
+			}
+			if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, 10); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // processCPU is the processor time pid has used, from /proc/pid/stat
@@ -70,6 +88,25 @@ func processCPU(pid int) (time.Duration, error) {
 func peakRSS(state *os.ProcessState) int64 {
 	if u, ok := state.SysUsage().(*syscall.Rusage); ok {
 		return u.Maxrss << 10 // KiB on Linux
+	}
+	return 0
+}
+
+// residentPeak is the most memory pid has had resident (VmHWM), or 0 if
+// it cannot be read.
+func residentPeak(pid int) int64 {
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kib, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kib << 10
+		}
 	}
 	return 0
 }

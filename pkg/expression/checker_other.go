@@ -22,3 +22,5 @@ func limitProcess(uint64) error {
 func processCPU(int) (time.Duration, error) { return 0, errors.New("not measured") }
 
 func peakRSS(*os.ProcessState) int64 { return 0 }
+
+func residentPeak(int) int64 { return 0 }

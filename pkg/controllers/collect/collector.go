@@ -542,6 +542,10 @@ func (c *Collector) namespaceEvent(obj any) {
 	}
 }
 
+// checkerRetry is how soon a target whose Profile could not be checked
+// (expression.ErrCheckerUnavailable) is configured again.
+const checkerRetry = 5 * time.Second
+
 // processQueue runs a worker until its queue shuts down: errors are retried
 // with the queue's rate limiter.
 func processQueue[T comparable](ctx context.Context, q workqueue.TypedRateLimitingInterface[T], kind string, sync func(context.Context, T) error) {
@@ -559,6 +563,15 @@ func processQueue[T comparable](ctx context.Context, q workqueue.TypedRateLimiti
 				return
 			}
 			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, expression.ErrCheckerUnavailable) {
+				// The server's, not the key's: the queue's backoff
+				// would leave the target uncollected for minutes after
+				// the checker is free again.
+				metrics.ReconcileErrors.WithLabelValues(kind, errorClass(err)).Inc()
+				q.Forget(key)
+				q.AddAfter(key, checkerRetry)
 				return
 			}
 			if errors.Is(err, errLeaseUnconfirmed) {

@@ -80,7 +80,13 @@ func validateAttributes(attrs []kollect.Attribute, fldPath *field.Path) field.Er
 			names.Insert(attr.Name)
 			errs = append(errs, validateAttributeName(attr.Name, attrPath.Child("name"))...)
 		}
-		errs = append(errs, validateAttributePath(attr.Path, attrPath.Child("path"))...)
+		pathErrs := validateAttributePath(attr.Path, attrPath.Child("path"))
+		errs = append(errs, pathErrs...)
+		if len(pathErrs) > 0 && pathErrs[0].Type == field.ErrorTypeInternal {
+			// The checker is busy or down: each further path would wait
+			// for it again.
+			break
+		}
 	}
 	return errs
 }
