@@ -3,6 +3,7 @@ package expression
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"strconv"
@@ -37,7 +38,9 @@ func limitProcess(memory uint64) error {
 	}
 	// A priority is a thread's: every thread the runtime has started gets
 	// it, and threads started later inherit it from theirs. Twice, for a
-	// thread started by one not yet lowered.
+	// thread started by one not yet lowered. A thread already lower (a
+	// server started with nice 15) stays so: raising it is not ours to do,
+	// and without privilege it fails (found by review, helper 63).
 	for range 2 {
 		tasks, err := os.ReadDir("/proc/self/task")
 		if err != nil {
@@ -48,7 +51,10 @@ func limitProcess(memory uint64) error {
 			if err != nil {
 				continue
 			}
-			if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, 10); err != nil && !errors.Is(err, syscall.ESRCH) {
+			if n, err := threadNice(tid); err != nil || n >= checkerNice {
+				continue
+			}
+			if err := syscall.Setpriority(syscall.PRIO_PROCESS, tid, checkerNice); err != nil && !errors.Is(err, syscall.ESRCH) {
 				return err
 			}
 		}
@@ -56,22 +62,44 @@ func limitProcess(memory uint64) error {
 	return nil
 }
 
-// processCPU is the processor time pid has used, from /proc/pid/stat
-// (utime and stime, in the kernel's USER_HZ ticks of 10 ms).
-func processCPU(pid int) (time.Duration, error) {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+// checkerNice is the checker's priority, below the server's default.
+const checkerNice = 10
+
+// threadNice is the nice value of one of this process's threads, field
+// 19 of its stat.
+func threadNice(tid int) (int, error) {
+	fields, err := statFields("/proc/self/task/"+strconv.Itoa(tid)+"/stat", 17)
 	if err != nil {
 		return 0, err
 	}
-	// The command name, in parentheses, may hold spaces: fields count
-	// from after its closing parenthesis, where field 3 (state) starts.
+	return strconv.Atoi(fields[16])
+}
+
+// statFields reads a /proc stat file and returns its fields from the
+// third (state) on, at least n of them. The command name before them, in
+// parentheses, may hold spaces.
+func statFields(path string, n int) ([]string, error) {
+	stat, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
 	i := bytes.LastIndexByte(stat, ')')
 	if i < 0 {
-		return 0, errors.New("no command name in /proc/pid/stat")
+		return nil, fmt.Errorf("%s: no command name", path)
 	}
 	fields := strings.Fields(string(stat[i+1:]))
-	if len(fields) < 13 {
-		return 0, errors.New("too few fields in /proc/pid/stat")
+	if len(fields) < n {
+		return nil, fmt.Errorf("%s: %d fields after the command name, want %d", path, len(fields), n)
+	}
+	return fields, nil
+}
+
+// processCPU is the processor time pid has used, from /proc/pid/stat
+// (utime and stime, in the kernel's USER_HZ ticks of 10 ms).
+func processCPU(pid int) (time.Duration, error) {
+	fields, err := statFields("/proc/"+strconv.Itoa(pid)+"/stat", 13)
+	if err != nil {
+		return 0, err
 	}
 	var ticks int64
 	for _, f := range fields[11:13] { // utime, stime: fields 14 and 15

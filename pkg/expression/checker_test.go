@@ -47,6 +47,20 @@ func idleCheckers() []int {
 	return pids
 }
 
+// oneChecker checks an expression and returns the pid of the checker
+// kept idle.
+func oneChecker(t *testing.T) int {
+	t.Helper()
+	if _, err := Compile("cel:object.metadata.name"); err != nil {
+		t.Fatal(err)
+	}
+	pids := idleCheckers()
+	if len(pids) != 1 {
+		t.Fatalf("%d idle checkers; want 1", len(pids))
+	}
+	return pids[0]
+}
+
 func kill(t *testing.T, pid int) {
 	t.Helper()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
@@ -230,19 +244,13 @@ func TestCheckerAnswersAreKept(t *testing.T) {
 // checker lowered only its first (found by review, helper 62).
 func TestCheckerThreadsRunBelowTheServer(t *testing.T) {
 	withCheckers(t, func() {})
-	if _, err := Compile("cel:object.metadata.name"); err != nil {
-		t.Fatal(err)
-	}
-	pids := idleCheckers()
-	if len(pids) != 1 {
-		t.Fatalf("%d idle checkers; want 1", len(pids))
-	}
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pids[0]))
+	pid := oneChecker(t)
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, task := range tasks {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pids[0], task.Name()))
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -272,5 +280,36 @@ func TestCheckerBusy(t *testing.T) {
 	}
 	if _, err := Compile("cel:object.spec.replicas"); err != nil {
 		t.Errorf("once free: %v", err)
+	}
+}
+
+// TestCheckerNeedsItsStartTime: the watchdog counts a check's processor
+// time from what the checker had used before it; when that cannot be read
+// (the server short of file descriptors), the check is the server's
+// failure, not a refusal kept for good. The watchdog counted the checker's
+// whole life instead, and refused an ordinary expression of a checker
+// that had answered for 2 s in all (found by review, helper 63).
+func TestCheckerNeedsItsStartTime(t *testing.T) {
+	withCheckers(t, func() {})
+	oneChecker(t)
+	// Take every free descriptor, then compile: /proc/<pid>/stat cannot
+	// be opened.
+	var held []*os.File
+	for {
+		f, err := os.Open("/dev/null")
+		if err != nil {
+			break
+		}
+		held = append(held, f)
+	}
+	_, err := Compile("cel:object.metadata.name + 'x'")
+	for _, f := range held {
+		f.Close()
+	}
+	if !errors.Is(err, ErrCheckerUnavailable) {
+		t.Errorf("with no file descriptor left: %v; want ErrCheckerUnavailable", err)
+	}
+	if _, err := Compile("cel:object.metadata.name + 'x'"); err != nil {
+		t.Errorf("once descriptors are free: %v", err)
 	}
 }

@@ -542,8 +542,9 @@ func (c *Collector) namespaceEvent(obj any) {
 	}
 }
 
-// checkerRetry is how soon a target whose Profile could not be checked
-// (expression.ErrCheckerUnavailable) is configured again.
+// checkerRetry is how soon, at least, a target whose Profile could not be
+// checked (expression.ErrCheckerUnavailable) is configured again: within
+// twice that.
 const checkerRetry = 5 * time.Second
 
 // processQueue runs a worker until its queue shuts down: errors are retried
@@ -568,10 +569,11 @@ func processQueue[T comparable](ctx context.Context, q workqueue.TypedRateLimiti
 			if errors.Is(err, expression.ErrCheckerUnavailable) {
 				// The server's, not the key's: the queue's backoff
 				// would leave the target uncollected for minutes after
-				// the checker is free again.
+				// the checker is free again. Jittered, so that targets
+				// refused together do not come back together.
 				metrics.ReconcileErrors.WithLabelValues(kind, errorClass(err)).Inc()
 				q.Forget(key)
-				q.AddAfter(key, checkerRetry)
+				q.AddAfter(key, wait.Jitter(checkerRetry, 1))
 				return
 			}
 			if errors.Is(err, errLeaseUnconfirmed) {
