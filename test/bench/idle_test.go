@@ -299,9 +299,10 @@ type idleFigures struct {
 }
 
 // unobserved measures the fleet at rest for opts.window with no counting
-// watch: serving the watch costs kollect-apiserver about 6 % of its idle
-// CPU, which no user at rest spends. Writes come from the server's own
-// counter.
+// watch, which no user at rest runs: the CPU goal is read here. (A profile
+// put about 6 % of kollect's idle CPU in serving that watch; measured
+// side by side, its CPU per write is the same with and without it, 4.41
+// and 4.43 ms.) Writes come from the server's own counter.
 func (f *idleFleet) unobserved(ctx context.Context) (*idleFigures, error) {
 	fig := &idleFigures{window: f.opts.window, cpu: map[string]float64{}}
 	m, err := f.startMeter(ctx)
