@@ -68,6 +68,20 @@ func TestRefusedByAdmissionReadNoSink(t *testing.T) {
 			t.Fatalf("waiting for a refusal saying %q: last %v", want, last)
 		}
 	}
+	// refusedReadNoSink makes three creates that must each be refused as
+	// refused says, and fails unless they read no sink from etcd.
+	refusedReadNoSink := func(t *testing.T, what string, refused func(error) bool, create func(ctx context.Context, i int) error) {
+		t.Helper()
+		before := gets()
+		for i := range 3 {
+			if err := create(ctx, i); !refused(err) {
+				t.Fatalf("create %d: %v, want it refused (%s)", i, err, what)
+			}
+		}
+		if n := gets() - before; n != 0 {
+			t.Errorf("3 creates refused (%s) read sinks %v times from etcd; want none", what, n)
+		}
+	}
 
 	// No `list` on inventoryitems (403 from admission's checkItems).
 	t.Run("items", func(t *testing.T) {
@@ -86,17 +100,11 @@ func TestRefusedByAdmissionReadNoSink(t *testing.T) {
 			}
 			return err
 		}, "may not list")
-		before := gets()
-		for i := range 3 {
+		refusedReadNoSink(t, "no `list` on inventoryitems", apierrors.IsForbidden, func(ctx context.Context, i int) error {
 			_, err := c.Inventories(ns).Create(ctx, &v1alpha1.Inventory{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("a-%d", i)},
 				Spec: v1alpha1.InventorySpec{SnapshotSinkRefs: []v1alpha1.SinkReference{{Name: "hidden-a"}, {Name: "hidden-b"}}}}, metav1.CreateOptions{})
-			if !apierrors.IsForbidden(err) {
-				t.Fatalf("create %d: %v, want 403", i, err)
-			}
-		}
-		if n := gets() - before; n != 0 {
-			t.Errorf("3 creates refused for want of `list` on inventoryitems read sinks %v times from etcd; want none", n)
-		}
+			return err
+		})
 	})
 
 	// A Scope's sink allowlist (422), the user with every grant.
@@ -118,17 +126,11 @@ func TestRefusedByAdmissionReadNoSink(t *testing.T) {
 				Spec: v1alpha1.InventorySpec{EventSinkRefs: []v1alpha1.SinkReference{{Name: "x"}}}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 			return err
 		}, "allowlist")
-		before := gets()
-		for i := range 3 {
+		refusedReadNoSink(t, "a Scope's sink allowlist", apierrors.IsInvalid, func(ctx context.Context, i int) error {
 			_, err := c.Inventories(ns).Create(ctx, &v1alpha1.Inventory{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("b-%d", i)},
 				Spec: v1alpha1.InventorySpec{SnapshotSinkRefs: []v1alpha1.SinkReference{{Name: "hidden-a"}, {Name: "hidden-b"}}}}, metav1.CreateOptions{})
-			if !apierrors.IsInvalid(err) {
-				t.Fatalf("create %d: %v, want 422", i, err)
-			}
-		}
-		if n := gets() - before; n != 0 {
-			t.Errorf("3 creates refused by a Scope's allowlist read sinks %v times from etcd; want none", n)
-		}
+			return err
+		})
 	})
 
 	// A ClusterScope's referenceNamespaces (422); the user may use sinks
@@ -162,17 +164,11 @@ func TestRefusedByAdmissionReadNoSink(t *testing.T) {
 				Spec: v1alpha1.ClusterInventorySpec{EventSinkRefs: []v1alpha1.SinkReference{{Name: "x", Namespace: victim}}}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 			return err
 		}, "referenceNamespaces")
-		before := gets()
-		for i := range 3 {
+		refusedReadNoSink(t, "ClusterInventories, a ClusterScope's referenceNamespaces", apierrors.IsInvalid, func(ctx context.Context, i int) error {
 			_, err := c.ClusterInventories().Create(ctx, &v1alpha1.ClusterInventory{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("c-%d", i)},
 				Spec: v1alpha1.ClusterInventorySpec{SnapshotSinkRefs: []v1alpha1.SinkReference{{Name: "hidden-a", Namespace: victim}, {Name: "hidden-b", Namespace: victim}}}}, metav1.CreateOptions{})
-			if !apierrors.IsInvalid(err) {
-				t.Fatalf("create %d: %v, want 422", i, err)
-			}
-		}
-		if n := gets() - before; n != 0 {
-			t.Errorf("3 ClusterInventory creates refused by a ClusterScope's referenceNamespaces read sinks in %s %v times from etcd; want none", victim, n)
-		}
+			return err
+		})
 	})
 
 	// `use` refused on one sink of the user's own namespace
@@ -188,17 +184,11 @@ func TestRefusedByAdmissionReadNoSink(t *testing.T) {
 		})
 		c := as("peggy").KollectV1alpha1()
 		waitFirstEntries(ctx, t, c, ns)
-		before := gets()
-		for i := range 3 {
+		refusedReadNoSink(t, "no `use` on one sink", apierrors.IsForbidden, func(ctx context.Context, i int) error {
 			_, err := c.Inventories(ns).Create(ctx, &v1alpha1.Inventory{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("d-%d", i)},
 				Spec: v1alpha1.InventorySpec{SnapshotSinkRefs: []v1alpha1.SinkReference{{Name: "mine"}, {Name: "theirs"}}}}, metav1.CreateOptions{})
-			if !apierrors.IsForbidden(err) {
-				t.Fatalf("create %d: %v, want 403", i, err)
-			}
-		}
-		if n := gets() - before; n != 0 {
-			t.Errorf("3 creates refused `use` read sinks %v times from etcd; want none", n)
-		}
+			return err
+		})
 	})
 
 	// A ClusterInventory naming sinks in a namespace the user may use
@@ -223,16 +213,10 @@ func TestRefusedByAdmissionReadNoSink(t *testing.T) {
 			}
 			return nil
 		}, "GRANTED")
-		before := gets()
-		for i := range 3 {
+		refusedReadNoSink(t, "ClusterInventories, no `use` in "+victim, apierrors.IsForbidden, func(ctx context.Context, i int) error {
 			_, err := c.ClusterInventories().Create(ctx, &v1alpha1.ClusterInventory{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("e-%d", i)},
 				Spec: v1alpha1.ClusterInventorySpec{SnapshotSinkRefs: []v1alpha1.SinkReference{{Name: "a", Namespace: victim}, {Name: "b", Namespace: victim}}}}, metav1.CreateOptions{})
-			if !apierrors.IsForbidden(err) {
-				t.Fatalf("create %d: %v, want 403", i, err)
-			}
-		}
-		if n := gets() - before; n != 0 {
-			t.Errorf("3 ClusterInventory creates refused `use` in %s read sinks %v times from etcd; want none", victim, n)
-		}
+			return err
+		})
 	})
 }
