@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Runs the end-to-end packages in two lanes side by side. Each package brings
+# up its own clusters on loopback ports of its own and spends most of its
+# time waiting on them: the whole suite kept 2 cores 20 % busy two packages
+# at a time. The packages that reach the machine's PostgreSQL (their tests
+# read KOLLECT_TEST_POSTGRES_DSN) run one after another in one lane: the
+# export suite's outage test stops and restarts that server. The others run
+# two at a time in the other lane.
+#
+# Prints each package's result as it finishes, and a failing lane's whole
+# output at the end. Usage: hack/e2e.sh [go test flags...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pkgs=$(go list ./test/e2e/...)
+postgres=() others=()
+for pkg in ${pkgs}; do
+	dir=./${pkg#kollect.dev/kollect/}
+	compgen -G "${dir}/*_test.go" >/dev/null || continue
+	if grep -qs KOLLECT_TEST_POSTGRES_DSN "${dir}"/*_test.go; then
+		postgres+=("${dir}")
+	else
+		others+=("${dir}")
+	fi
+done
+
+logs=$(mktemp -d "${TMPDIR:-/tmp}/kollect-e2e.XXXXXX")
+trap 'rm -rf "${logs}"' EXIT
+
+# lane NAME N PKGS...: one go test running N packages at a time, in the
+# background, its output in the lane's log.
+lane() {
+	local name=$1 n=$2
+	shift 2
+	echo "e2e lane ${name} (${n} at a time): $*"
+	go test -count=1 -p "${n}" "${flags[@]}" "$@" >"${logs}/${name}.log" 2>&1 &
+	pids[${name}]=$!
+}
+flags=("$@")
+declare -A pids=()
+lane postgres 1 "${postgres[@]}"
+lane others 2 "${others[@]}"
+
+# Results as the packages finish, from both lanes, until the lanes end
+# (tail follows the sentinel: it stops a second after the sentinel does).
+sleep infinity &
+sentinel=$!
+tail -n +1 -F --pid="${sentinel}" "${logs}/postgres.log" "${logs}/others.log" 2>/dev/null |
+	grep --line-buffered -E '^(ok|FAIL|---)[[:space:]]' &
+watcher=$!
+
+status=0 failed=()
+for name in postgres others; do
+	if ! wait "${pids[${name}]}"; then
+		status=1
+		failed+=("${name}")
+	fi
+done
+kill "${sentinel}"
+wait "${watcher}" || true
+
+for name in "${failed[@]}"; do
+	echo
+	echo "e2e lane ${name} FAILED; its output:"
+	cat "${logs}/${name}.log"
+done
+exit ${status}
