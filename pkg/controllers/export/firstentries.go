@@ -1,6 +1,9 @@
 package export
 
 import (
+	"slices"
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
@@ -43,12 +46,17 @@ func (c *Controller) FirstEntries(obj metav1.Object) []v1alpha1.SinkExportStatus
 
 // Created emits the Warning Events of a stored new inventory's first
 // entries, as writeEntries does for entries its exporters write: the
-// first failure of a streak is announced once the entry is stored,
-// regarding the inventory at the write that stored it. A sink created in
-// the meantime is announced too: the Event is true of the version it
-// regards, and the exporter soon writes what it finds (leaving it out
-// lost the Event for good when the sink went again before the exporter
-// looked).
+// first failure of a streak is announced once, regarding the inventory at
+// the write that stored it. Unlike an exporter's, it waits
+// firstWarningDelay and announces only the entries still stored then:
+// `kubectl apply -f dir/` creates an inventory a moment before its sink
+// when the files come in that order, and the sink's exporter then writes
+// over the entry; the create's answer has warned its client already
+// (common.FirstEntries), and an Event posted at once would stay about a
+// sink that exists. An entry the exporter has not written over is still
+// announced, even when its sink came and went meanwhile (the exporter
+// found the entry saying so and wrote nothing). Waiting also keeps the
+// Events' posts out of a burst of creates.
 func (c *Controller) Created(obj metav1.Object) {
 	if c.runCtx.Err() != nil {
 		return // stopping: the Events would not be recorded
@@ -57,13 +65,52 @@ func (c *Controller) Created(obj metav1.Object) {
 	if err != nil {
 		return
 	}
-	var w warnings
+	var first []v1alpha1.SinkExportStatus
 	for _, e := range spec.status.SinkExports {
 		if e.Outcome == v1alpha1.OutcomeFailed {
-			w.add(obj.GetResourceVersion(), e.Reason, e.Family, e.Namespace, e.Name, e.Message)
+			first = append(first, e)
 		}
 	}
-	w.emit(c, invKeyOf(obj), string(obj.GetUID()))
+	if len(first) == 0 {
+		return
+	}
+	k, uid, rv := invKeyOf(obj), string(obj.GetUID()), obj.GetResourceVersion()
+	time.AfterFunc(firstWarningDelay, func() { c.warnFirst(k, uid, rv, first) })
+}
+
+// firstWarningDelay is how long a new inventory's first entries stand
+// before their Warning Event.
+const firstWarningDelay = 5 * time.Second
+
+// warnFirst emits the Warning Event of the first entries of the inventory
+// k (uid) that its cache still holds as the create stored them (rv).
+func (c *Controller) warnFirst(k invKey, uid, rv string, first []v1alpha1.SinkExportStatus) {
+	if c.runCtx.Err() != nil {
+		return
+	}
+	obj, err := c.getInventory(k)
+	if err != nil || obj == nil || string(obj.GetUID()) != uid {
+		return // gone, or another object of the name
+	}
+	spec, err := specOf(obj)
+	if err != nil {
+		return
+	}
+	var w warnings
+	for _, e := range first {
+		if slices.ContainsFunc(spec.status.SinkExports, func(now v1alpha1.SinkExportStatus) bool { return sameEntry(now, e) }) {
+			w.add(rv, e.Reason, e.Family, e.Namespace, e.Name, e.Message)
+		}
+	}
+	w.emit(c, k, uid)
+}
+
+// sameEntry reports whether two entries are the same write of one sink's
+// entry.
+func sameEntry(a, b v1alpha1.SinkExportStatus) bool {
+	return a.Family == b.Family && a.Namespace == b.Namespace && a.Name == b.Name && a.Outcome == b.Outcome &&
+		a.Reason == b.Reason && a.Message == b.Message && a.ObservedGeneration == b.ObservedGeneration &&
+		a.LastAttemptTime.Equal(b.LastAttemptTime)
 }
 
 func invKeyOf(obj metav1.Object) invKey {

@@ -3,6 +3,7 @@ package idlestatus
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -49,11 +50,15 @@ func TestMissingSinksAreReportedByTheCreate(t *testing.T) {
 	api := kollect.KollectV1alpha1()
 
 	waitFirstEntries(ctx, t, api, ns)
+	warned, api := warningsOf(t)
 	inv, err := api.Inventories(ns).Create(ctx, &v1alpha1.Inventory{ObjectMeta: metav1.ObjectMeta{Name: "missing"}, Spec: spec}, metav1.CreateOptions{})
 	must(t, err, "inventory")
 	for _, w := range want {
 		if !entrySays(inv.Status.SinkExports, w) {
 			t.Errorf("the create's answer has no Failed SinkNotFound entry at generation 1 saying %q: %+v", w, inv.Status.SinkExports)
+		}
+		if !slices.Contains(warned(), w) {
+			t.Errorf("the create's answer does not warn %q (kubectl prints its warnings): %q", w, warned())
 		}
 	}
 	if c := meta.FindStatusCondition(inv.Status.Conditions, "Degraded"); c == nil || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonSinkNotFound {
@@ -79,18 +84,12 @@ func TestMissingSinksAreReportedByTheCreate(t *testing.T) {
 	// One Warning Event names the three sinks, regarding the stored version.
 	events, err := kube.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
 	must(t, err, "events")
-	var notes []string
 	for _, e := range events.Items {
 		if e.Regarding.Name == "ghost" {
 			t.Errorf("an Event regards the dry run's inventory: %s %q", e.Reason, e.Note)
 		}
-		if e.Regarding.Name == inv.Name && e.Regarding.UID == inv.UID && e.Type == corev1.EventTypeWarning && e.Reason == v1alpha1.ReasonSinkNotFound {
-			if e.Regarding.ResourceVersion != inv.ResourceVersion {
-				t.Errorf("the Event regards resourceVersion %s; the create stored %s", e.Regarding.ResourceVersion, inv.ResourceVersion)
-			}
-			notes = append(notes, e.Note)
-		}
 	}
+	notes := sinkNotFoundNotes(ctx, t, ns, inv)
 	if len(notes) != 1 {
 		t.Fatalf("%d SinkNotFound Warning Events about the inventory; want 1: %q", len(notes), notes)
 	}
@@ -99,6 +98,100 @@ func TestMissingSinksAreReportedByTheCreate(t *testing.T) {
 			t.Errorf("the Event's note does not say %q: %q", w, notes[0])
 		}
 	}
+}
+
+// TestSinkCreatedJustAfterIsNotWarnedAbout: `kubectl apply -f dir/`
+// creates an Inventory a moment before its sink when the files come in
+// that order. The create's answer says the sink is missing, and warns so
+// (kubectl prints it); the exporter exports once the sink is there; and
+// no Warning Event stays behind about a sink that exists. Before, the
+// Event was posted with the create and kept for the Events' hour.
+func TestSinkCreatedJustAfterIsNotWarnedAbout(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const ns = "inventory-then-sink"
+	createNamespace(ctx, t, ns)
+	waitFirstEntries(ctx, t, kollect.KollectV1alpha1(), ns)
+	warned, api := warningsOf(t)
+	missing := "SnapshotSink " + ns + "/late does not exist"
+	inv, err := api.Inventories(ns).Create(ctx, &v1alpha1.Inventory{ObjectMeta: metav1.ObjectMeta{Name: "early"},
+		Spec: v1alpha1.InventorySpec{SnapshotSinkRefs: []v1alpha1.SinkReference{{Name: "late"}}}}, metav1.CreateOptions{})
+	must(t, err, "inventory")
+	if !entrySays(inv.Status.SinkExports, missing) {
+		t.Fatalf("the create's answer has no entry saying %q: %+v", missing, inv.Status.SinkExports)
+	}
+	if !slices.Contains(warned(), missing) {
+		t.Errorf("the create's answer does not warn %q: %q", missing, warned())
+	}
+	_, err = api.SnapshotSinks(ns).Create(ctx, &v1alpha1.SnapshotSink{ObjectMeta: metav1.ObjectMeta{Name: "late"},
+		Spec: v1alpha1.SnapshotSinkSpec{Type: v1alpha1.SnapshotSinkFile, Endpoint: "file:///late"}}, metav1.CreateOptions{})
+	must(t, err, "sink")
+	var last []v1alpha1.SinkExportStatus
+	err = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		got, err := api.Inventories(ns).Get(ctx, inv.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = got.Status.SinkExports
+		return len(last) == 1 && last[0].Outcome == v1alpha1.OutcomeExported, nil
+	})
+	if err != nil {
+		t.Fatalf("the exporter did not export to the sink created after its inventory: %+v", last)
+	}
+	// A first entry's Event waits a few seconds (firstWarningDelay); twice
+	// that, none has come.
+	time.Sleep(10 * time.Second)
+	if notes := sinkNotFoundNotes(ctx, t, ns, inv); len(notes) != 0 {
+		t.Errorf("%d SinkNotFound Warning Events about an inventory whose sink exists and was exported to: %q", len(notes), notes)
+	}
+}
+
+// warningsOf returns a client of kollect-apiserver (through kube-apiserver)
+// and the warnings the answers to its requests carried.
+func warningsOf(t *testing.T) (func() []string, kollectv1alpha1.KollectV1alpha1Interface) {
+	t.Helper()
+	h := &warningLog{}
+	cfg := env.Cluster.RESTConfig()
+	cfg.WarningHandler = h
+	c, err := versioned.NewForConfig(cfg)
+	must(t, err, "client")
+	return h.all, c.KollectV1alpha1()
+}
+
+// warningLog keeps the warnings a client was sent.
+type warningLog struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (l *warningLog) HandleWarningHeader(_ int, _ string, text string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen = append(l.seen, text)
+}
+
+func (l *warningLog) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.seen)
+}
+
+// sinkNotFoundNotes returns the notes of the SinkNotFound Warning Events
+// regarding inv, each checked to regard the version its create stored.
+func sinkNotFoundNotes(ctx context.Context, t *testing.T, ns string, inv *v1alpha1.Inventory) []string {
+	t.Helper()
+	events, err := kube.EventsV1().Events(ns).List(ctx, metav1.ListOptions{})
+	must(t, err, "events")
+	var notes []string
+	for _, e := range events.Items {
+		if e.Regarding.Name == inv.Name && e.Regarding.UID == inv.UID && e.Type == corev1.EventTypeWarning && e.Reason == v1alpha1.ReasonSinkNotFound {
+			if e.Regarding.ResourceVersion != inv.ResourceVersion {
+				t.Errorf("the Event regards resourceVersion %s; the create stored %s", e.Regarding.ResourceVersion, inv.ResourceVersion)
+			}
+			notes = append(notes, e.Note)
+		}
+	}
+	return notes
 }
 
 // waitFirstEntries waits until a create in ns gets first entries: the

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/warning"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
@@ -33,7 +34,8 @@ import (
 // aside), by a user who may read the inventory they create (who would see
 // them there): that is decided before any sink is looked up, so that a
 // create refused learns nothing of which sinks exist, not even from its
-// latency.
+// latency. The create's answer also carries a warning per entry, which
+// kubectl prints.
 //
 // Without a source (a replica that does not lead, a controller whose
 // caches are not synced yet or that is stopping) a new inventory starts
@@ -113,6 +115,9 @@ func (f *FirstEntries) Entries(ctx context.Context, scheme *runtime.Scheme, obj,
 		var in kollect.SinkExportStatus
 		if missing[i] && v1alpha1.Convert_v1alpha1_SinkExportStatus_To_kollect_SinkExportStatus(&first[i], &in, nil) == nil {
 			out = append(out, in)
+			// kubectl prints these: whoever creates the inventory learns
+			// at once what its status says.
+			warning.AddWarning(ctx, "", in.Message)
 		}
 	}
 	return out
