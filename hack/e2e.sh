@@ -24,20 +24,42 @@ for pkg in ${pkgs}; do
 	fi
 done
 
+# One server binary for every package: built here when make has not, so
+# that the packages do not each build it into the same file at once.
+if [[ -z "${KOLLECT_BINARY:-}" ]]; then
+	echo "e2e: building kollect-apiserver..."
+	go build -o _output/bin/kollect-apiserver ./cmd/kollect-apiserver
+	export KOLLECT_BINARY="${PWD}/_output/bin/kollect-apiserver"
+fi
+
 logs=$(mktemp -d "${TMPDIR:-/tmp}/kollect-e2e.XXXXXX")
-trap 'rm -rf "${logs}"' EXIT
+declare -A pids=()
+sentinel=""
+# Interrupted (Ctrl-C, a CI timeout), the script stops what it started:
+# each lane runs in a process group of its own (setsid), its test binaries
+# and their clusters with it.
+cleanup() {
+	local pid
+	for pid in "${pids[@]}"; do
+		kill -TERM -- "-${pid}" 2>/dev/null || true
+	done
+	[[ -z "${sentinel}" ]] || kill "${sentinel}" 2>/dev/null || true
+	rm -rf "${logs}"
+}
+trap cleanup EXIT
 
 # lane NAME N PKGS...: one go test running N packages at a time, in the
 # background, its output in the lane's log.
 lane() {
 	local name=$1 n=$2
 	shift 2
+	(($#)) || return 0 # no package: go test alone would test the root
 	echo "e2e lane ${name} (${n} at a time): $*"
-	go test -count=1 -p "${n}" "${flags[@]}" "$@" >"${logs}/${name}.log" 2>&1 &
+	: >"${logs}/${name}.log"
+	setsid go test -count=1 -p "${n}" "${flags[@]}" "$@" >"${logs}/${name}.log" 2>&1 &
 	pids[${name}]=$!
 }
 flags=("$@")
-declare -A pids=()
 lane postgres 1 "${postgres[@]}"
 lane others 2 "${others[@]}"
 
@@ -50,14 +72,16 @@ tail -n +1 -F --pid="${sentinel}" "${logs}/postgres.log" "${logs}/others.log" 2>
 watcher=$!
 
 status=0 failed=()
-for name in postgres others; do
+for name in "${!pids[@]}"; do
 	if ! wait "${pids[${name}]}"; then
 		status=1
 		failed+=("${name}")
 	fi
 done
 kill "${sentinel}"
+sentinel=""
 wait "${watcher}" || true
+pids=()
 
 for name in "${failed[@]}"; do
 	echo
