@@ -590,6 +590,9 @@ func benchClientConfig(cfg *rest.Config) *rest.Config {
 	cfg.QPS, cfg.Burst = -1, 0
 	cfg.RateLimiter = nil
 	cfg.UserAgent = "kollect-bench"
+	// Creates of "create, exported" are warned about their missing sinks;
+	// logged, those warnings filled megabytes of the benchmark's output.
+	cfg.WarningHandler = rest.NoWarnings{}
 	return cfg
 }
 
