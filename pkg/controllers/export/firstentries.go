@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
@@ -98,19 +99,11 @@ func (c *Controller) warnFirst(k invKey, uid, rv string, first []v1alpha1.SinkEx
 	}
 	var w warnings
 	for _, e := range first {
-		if slices.ContainsFunc(spec.status.SinkExports, func(now v1alpha1.SinkExportStatus) bool { return sameEntry(now, e) }) {
+		if slices.ContainsFunc(spec.status.SinkExports, func(now v1alpha1.SinkExportStatus) bool { return equality.Semantic.DeepEqual(now, e) }) {
 			w.add(rv, e.Reason, e.Family, e.Namespace, e.Name, e.Message)
 		}
 	}
 	w.emit(c, k, uid)
-}
-
-// sameEntry reports whether two entries are the same write of one sink's
-// entry.
-func sameEntry(a, b v1alpha1.SinkExportStatus) bool {
-	return a.Family == b.Family && a.Namespace == b.Namespace && a.Name == b.Name && a.Outcome == b.Outcome &&
-		a.Reason == b.Reason && a.Message == b.Message && a.ObservedGeneration == b.ObservedGeneration &&
-		a.LastAttemptTime.Equal(b.LastAttemptTime)
 }
 
 func invKeyOf(obj metav1.Object) invKey {
