@@ -652,8 +652,11 @@ type inventorySpec struct {
 	interval   *time.Duration
 	refs       []resolvedRef
 	status     *v1alpha1.InventoryStatus
-	// selects reports whether a target (by name and labels) is exported.
-	selects func(name string, lbls map[string]string) bool
+	// selector returns whether a target (by name and labels) is exported.
+	// It parses the label selector on first use: most readers of a spec
+	// (an exporter's run, a create's first entries) match no target, and
+	// the parse cost more than the rest of specOf together.
+	selector func() (func(name string, lbls map[string]string) bool, error)
 }
 
 type resolvedRef struct {
@@ -681,12 +684,6 @@ func specOf(obj metav1.Object) (*inventorySpec, error) {
 			out.refs = append(out.refs, resolvedRef{family: family, namespace: ns, name: r.Name, interval: durationPtr(r.ExportMinInterval)})
 		}
 	}
-	selector := func(s *metav1.LabelSelector) (labels.Selector, error) {
-		if s == nil {
-			return labels.Everything(), nil
-		}
-		return metav1.LabelSelectorAsSelector(s)
-	}
 	switch o := obj.(type) {
 	case *v1alpha1.Inventory:
 		out.meta, out.generation, out.suspend, out.status = &o.ObjectMeta, o.Generation, o.Spec.Suspend, &o.Status
@@ -694,11 +691,17 @@ func specOf(obj metav1.Object) (*inventorySpec, error) {
 		addRefs(v1alpha1.SinkFamilySnapshot, o.Spec.SnapshotSinkRefs, o.Namespace)
 		addRefs(v1alpha1.SinkFamilyDatabase, o.Spec.DatabaseSinkRefs, o.Namespace)
 		addRefs(v1alpha1.SinkFamilyEvent, o.Spec.EventSinkRefs, o.Namespace)
-		sel, err := selector(o.Spec.TargetSelector)
-		if err != nil {
-			return nil, err
-		}
-		out.selects = func(_ string, l map[string]string) bool { return sel.Matches(labels.Set(l)) }
+		ls := o.Spec.TargetSelector
+		out.selector = sync.OnceValues(func() (func(string, map[string]string) bool, error) {
+			sel := labels.Everything()
+			if ls != nil {
+				var err error
+				if sel, err = metav1.LabelSelectorAsSelector(ls); err != nil {
+					return nil, err
+				}
+			}
+			return func(_ string, l map[string]string) bool { return sel.Matches(labels.Set(l)) }, nil
+		})
 	case *v1alpha1.ClusterInventory:
 		out.meta, out.generation, out.suspend, out.status = &o.ObjectMeta, o.Generation, o.Spec.Suspend, &o.Status
 		out.interval = durationPtr(o.Spec.ExportMinInterval)
@@ -713,18 +716,20 @@ func specOf(obj metav1.Object) (*inventorySpec, error) {
 		for _, r := range o.Spec.TargetRefs {
 			names[r.Name] = true
 		}
-		var sel labels.Selector
-		if o.Spec.TargetSelector != nil {
-			s, err := selector(o.Spec.TargetSelector)
-			if err != nil {
-				return nil, err
+		ls := o.Spec.TargetSelector
+		out.selector = sync.OnceValues(func() (func(string, map[string]string) bool, error) {
+			var sel labels.Selector
+			if ls != nil {
+				var err error
+				if sel, err = metav1.LabelSelectorAsSelector(ls); err != nil {
+					return nil, err
+				}
 			}
-			sel = s
-		}
-		all := len(names) == 0 && sel == nil
-		out.selects = func(name string, l map[string]string) bool {
-			return all || names[name] || (sel != nil && sel.Matches(labels.Set(l)))
-		}
+			all := len(names) == 0 && sel == nil
+			return func(name string, l map[string]string) bool {
+				return all || names[name] || (sel != nil && sel.Matches(labels.Set(l)))
+			}, nil
+		})
 	default:
 		return nil, fmt.Errorf("unexpected inventory type %T", obj)
 	}
@@ -805,29 +810,9 @@ func (c *Controller) reconcile(ctx context.Context, key invKey) error {
 		}
 	}
 
-	// Which targets the inventory exports.
-	selected := map[string]bool{}
-	if key.Cluster {
-		list, err := c.clusterTargets.List(labels.Everything())
-		if err != nil {
-			return err
-		}
-		for _, t := range list {
-			selected[t.Name] = spec.selects(t.Name, t.Labels)
-		}
-	} else {
-		list, err := c.targets.Targets(key.Namespace).List(labels.Everything())
-		if err != nil {
-			return err
-		}
-		for _, t := range list {
-			selected[t.Name] = spec.selects(t.Name, t.Labels)
-		}
-	}
-	for name, ok := range selected {
-		if !ok {
-			delete(selected, name)
-		}
+	selected, err := c.selectedTargets(key, spec)
+	if err != nil {
+		return err
 	}
 
 	c.mu.Lock()
@@ -930,8 +915,13 @@ const fieldManager = "kollect-exporter"
 // deletionPolicy is Delete: the document, the rows, or a delete event per item.
 func (c *Controller) cleanup(ctx context.Context, key invKey, spec *inventorySpec) error {
 	inv := c.sinkInventory(key, spec.meta)
-	// The view was dropped with the exporters: read the items again.
-	items := c.itemsOfSpec(key, spec)
+	// The view was dropped with the exporters: read the items again. A
+	// selector that cannot be read leaves the export in place rather than
+	// removing it without its items' deletions.
+	items, err := c.itemsOfSpec(key, spec)
+	if err != nil {
+		return err
+	}
 	var errs []error
 	for _, r := range spec.refs {
 		obj, err := c.sinkObject(sinkKey{family: r.family, namespace: r.namespace, name: r.name})
@@ -971,29 +961,50 @@ func (c *Controller) cleanup(ctx context.Context, key invKey, spec *inventorySpe
 	return errors.Join(errs...)
 }
 
-func (c *Controller) itemsOfSpec(key invKey, spec *inventorySpec) []*sink.Item {
-	selected := map[string]bool{}
+// selectedTargets names the targets the inventory key exports.
+func (c *Controller) selectedTargets(key invKey, spec *inventorySpec) (map[string]bool, error) {
+	selects, err := spec.selector()
+	if err != nil {
+		return nil, err
+	}
+	var list []metav1.Object
 	if key.Cluster {
-		list, _ := c.clusterTargets.List(labels.Everything())
-		for _, t := range list {
-			if spec.selects(t.Name, t.Labels) {
-				selected[t.Name] = true
-			}
+		targets, err := c.clusterTargets.List(labels.Everything())
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range targets {
+			list = append(list, t)
 		}
 	} else {
-		list, _ := c.targets.Targets(key.Namespace).List(labels.Everything())
-		for _, t := range list {
-			if spec.selects(t.Name, t.Labels) {
-				selected[t.Name] = true
-			}
+		targets, err := c.targets.Targets(key.Namespace).List(labels.Everything())
+		if err != nil {
+			return nil, err
 		}
+		for _, t := range targets {
+			list = append(list, t)
+		}
+	}
+	selected := map[string]bool{}
+	for _, t := range list {
+		if selects(t.GetName(), t.GetLabels()) {
+			selected[t.GetName()] = true
+		}
+	}
+	return selected, nil
+}
+
+func (c *Controller) itemsOfSpec(key invKey, spec *inventorySpec) ([]*sink.Item, error) {
+	selected, err := c.selectedTargets(key, spec)
+	if err != nil {
+		return nil, err
 	}
 	m := c.itemsOf(key, selected)
 	out := make([]*sink.Item, 0, len(m))
 	for _, it := range m {
 		out = append(out, it)
 	}
-	return out
+	return out, nil
 }
 
 func (c *Controller) sinkInventory(key invKey, meta *metav1.ObjectMeta) sink.Inventory {
