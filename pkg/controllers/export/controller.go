@@ -172,6 +172,10 @@ type Controller struct {
 
 	kube    kubernetes.Interface
 	kollect versioned.Interface
+	// events posts Warning Events with a rate limit of its own: queued
+	// behind one tenant's many Events, another's Secret reads (kube)
+	// delayed its exports by minutes.
+	events kubernetes.Interface
 	// entryLimiter paces the in-process status entry writes.
 	entryLimiter flowcontrol.RateLimiter
 	// entries coalesces the entries of an inventory reported together.
@@ -238,6 +242,12 @@ func New(cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
+	eventsCfg := rest.CopyConfig(host)
+	eventsCfg.RateLimiter = nil // the QPS and burst, not a limiter shared with kube
+	eventsClient, err := kubernetes.NewForConfig(eventsCfg)
+	if err != nil {
+		return nil, err
+	}
 	loopback := rest.CopyConfig(cfg.Loopback)
 	loopback.QPS, loopback.Burst = loopbackQPS, loopbackBurst
 	kc, err := versioned.NewForConfig(loopback)
@@ -249,6 +259,7 @@ func New(cfg Config) (*Controller, error) {
 		cfg:          cfg,
 		watchdog:     watchdog,
 		kube:         kube,
+		events:       eventsClient,
 		kollect:      kc,
 		entryLimiter: flowcontrol.NewTokenBucketRateLimiter(loopbackQPS, loopbackBurst),
 		state:        map[invKey]*inventoryState{},
@@ -269,7 +280,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		workqueue.TypedRateLimitingQueueConfig[invKey]{Name: "kollect_export_inventories"})
 	c.probes = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[sinkKey](),
 		workqueue.TypedRateLimitingQueueConfig[sinkKey]{Name: "kollect_export_probes"})
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: c.kube.EventsV1()})
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: c.events.EventsV1()})
 	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
 		return err
 	}
@@ -616,8 +627,13 @@ func (c *Controller) warn(k invKey, reason, note string) {
 
 // warnAt emits a Warning Event about one version of an inventory in the
 // host cluster. ClusterInventory events go to the default namespace, as
-// Kubernetes does for cluster-scoped objects.
+// Kubernetes does for cluster-scoped objects; their note names no sink,
+// since more users read Events there (the built-in view role bound in
+// default) than may read the ClusterInventory and its status.
 func (c *Controller) warnAt(k invKey, uid, resourceVersion, reason, note string) {
+	if k.Cluster {
+		note = clusterEventNote
+	}
 	ref := &corev1.ObjectReference{
 		APIVersion:      v1alpha1.SchemeGroupVersion.String(),
 		Kind:            k.kind(),
@@ -628,6 +644,9 @@ func (c *Controller) warnAt(k invKey, uid, resourceVersion, reason, note string)
 	}
 	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, "Export", "%s", truncate(strings.ToValidUTF8(note, ""), maxNote))
 }
+
+// clusterEventNote is the note of every ClusterInventory Event.
+const clusterEventNote = "see the ClusterInventory's status.sinkExports for the sinks and why; this Event is in namespace default, which more users may read than the ClusterInventory"
 
 // getInventory reads an inventory from the cache; nil when it is gone.
 func (c *Controller) getInventory(k invKey) (metav1.Object, error) {
