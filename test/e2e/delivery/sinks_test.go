@@ -225,14 +225,21 @@ func streamMessages(ctx context.Context, t *testing.T, stream string) []streamMs
 }
 
 // checkIDs is the id rule over a raw stream: every message's Nats-Msg-Id
-// is its event id; one id never carries two different events; and one
-// change outside resyncs (inventory, op, item uid and revision) is never
-// published under two ids, so every duplicate a consumer can see is a
-// re-delivery it recognises by the id. It returns how many messages
+// is its event id; one id never carries two different events (nor two
+// epochs); and one leader never publishes one change outside resyncs
+// (inventory, op, item uid and revision) under two ids, so every duplicate
+// a consumer can see from one leader is a re-delivery it recognises by the
+// id. It returns how many messages
 // repeat an id seen before.
 func checkIDs(t *testing.T, what string, msgs []streamMsg) int {
 	t.Helper()
-	type change struct{ path, op, uid, rv string }
+	// A change has one id per leader: a former leader and its successor
+	// may both publish it, and the successor's must not be dropped as a
+	// repeat of the former's (docs/export.md, "Ids").
+	type change struct {
+		path, op, uid, rv string
+		epoch             int64
+	}
 	byID := map[string]sink.Event{}
 	idOf := map[change]string{}
 	repeats := 0
@@ -243,10 +250,10 @@ func checkIDs(t *testing.T, what string, msgs []streamMsg) int {
 		}
 		if prev, ok := byID[ev.ID]; ok {
 			repeats++
-			if prev.Type != ev.Type || prev.Data.Op != ev.Data.Op || prev.Data.ItemUID != ev.Data.ItemUID ||
+			if prev.Type != ev.Type || prev.Epoch != ev.Epoch || prev.Data.Op != ev.Data.Op || prev.Data.ItemUID != ev.Data.ItemUID ||
 				prev.Data.ItemResourceVersion != ev.Data.ItemResourceVersion || itemHash(prev) != itemHash(ev) {
-				t.Errorf("%s: id %s carries two different events: %s %s %s and %s %s %s", what, ev.ID,
-					prev.Data.Op, prev.Data.ItemResourceVersion, itemHash(prev), ev.Data.Op, ev.Data.ItemResourceVersion, itemHash(ev))
+				t.Errorf("%s: id %s carries two different events: %s %s %s epoch %d and %s %s %s epoch %d", what, ev.ID,
+					prev.Data.Op, prev.Data.ItemResourceVersion, itemHash(prev), prev.Epoch, ev.Data.Op, ev.Data.ItemResourceVersion, itemHash(ev), ev.Epoch)
 			}
 			continue
 		}
@@ -254,9 +261,9 @@ func checkIDs(t *testing.T, what string, msgs []streamMsg) int {
 		if ev.Type == sink.EventTypeResynced || ev.Resync != "" {
 			continue // a resync restates items under ids of its own
 		}
-		c := change{sink.InventoryPath(ev.Data.Inventory), string(ev.Data.Op), ev.Data.ItemUID, ev.Data.ItemResourceVersion}
+		c := change{sink.InventoryPath(ev.Data.Inventory), string(ev.Data.Op), ev.Data.ItemUID, ev.Data.ItemResourceVersion, ev.Epoch}
 		if id, ok := idOf[c]; ok && id != ev.ID {
-			t.Errorf("%s: one change published under two ids: %s and %s", what, id, ev.ID)
+			t.Errorf("%s: one change of epoch %d published under two ids: %s and %s", what, ev.Epoch, id, ev.ID)
 		}
 		idOf[c] = ev.ID
 	}

@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"strconv"
 	"time"
 )
 
@@ -79,12 +80,16 @@ func InventoryPath(inv Inventory) string {
 
 // NewEvent builds the event of a change, as part of the resync named by
 // resync (or outside any resync when it is empty). Its ID is
-// "<InventoryPath>/<item uid>/<item resourceVersion>", with "/delete"
-// appended for a delete and "/resync/<token>" for a resync's upsert:
-// publishing the same change again yields the same ID, and two
-// inventories or clusters never share one.
+// "<InventoryPath>/<epoch>/<item uid>/<item resourceVersion>", with
+// "/delete" appended for a delete and "/resync/<token>" for a resync's
+// upsert: a leader publishing the same change again yields the same ID,
+// and two inventories or clusters never share one. The epoch is part of
+// it because a receiver that drops repeated ids (JetStream) would
+// otherwise drop a leader's event when a former leader, resumed after a
+// pause, published the same change first: the consumer ignores that one
+// as stale and would be left with neither.
 func NewEvent(inv Inventory, c Change, epoch int64, resync string, now time.Time) Event {
-	typ, id := EventTypeUpserted, InventoryPath(inv)+"/"+c.Item.UID+"/"+c.Item.ResourceVersion
+	typ, id := EventTypeUpserted, InventoryPath(inv)+"/"+strconv.FormatInt(epoch, 10)+"/"+c.Item.UID+"/"+c.Item.ResourceVersion
 	if c.Op == Delete {
 		// A delete may carry the revision of the item's last upsert (an
 		// inventory deleted with deletionPolicy Delete removes items that

@@ -21,6 +21,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/test/eventfold"
 )
 
 const natsServerBin = "/usr/sbin/nats-server"
@@ -750,5 +751,58 @@ func TestEventWithoutID(t *testing.T) {
 	}
 	if n := msgCount(t, st); n != 0 {
 		t.Errorf("stream holds %d messages, want 0", n)
+	}
+}
+
+// TestFormerLeaderDoesNotShadowItsSuccessor: a former leader that resumes
+// after its successor's resync can publish a change the successor
+// publishes too (an item write both saw). The consumer ignores the former
+// leader's event (older epoch); the stream must still store the
+// successor's, so ids differ by epoch: with one id per change, JetStream
+// dropped the successor's event as a repeat and the consumer kept the
+// item's previous content until the next resync.
+func TestFormerLeaderDoesNotShadowItsSuccessor(t *testing.T) {
+	js := admin(t, testURL())
+	st, prefix := newStream(t, js)
+	s := newSink(t, testURL(), st.CachedInfo().Config.Name, prefix+".{namespace}.{inventory}", nil)
+	const former, successor = testEpoch, testEpoch + 1
+	now := time.Now()
+
+	before := changes(t, 1)[0]
+	before.Op = sink.Upsert
+	token := fmt.Sprintf("%d.%d", successor, now.UnixNano())
+	resync := []sink.Event{
+		sink.NewResyncEvent(teamInv, token, 1, sink.ChecksumOf([]*sink.Item{before.Item}), successor, now),
+		sink.NewEvent(teamInv, before, successor, token, now),
+	}
+	after := sink.Change{Op: sink.Upsert, Item: new(*before.Item)}
+	after.Item.ResourceVersion, after.Item.Hash = "200", fmt.Sprintf("%064x", 200)
+	for _, step := range []struct {
+		epoch int64
+		evs   []sink.Event
+	}{
+		{successor, resync},
+		{former, []sink.Event{sink.NewEvent(teamInv, after, former, "", now)}},
+		{successor, []sink.Event{sink.NewEvent(teamInv, after, successor, "", now)}},
+	} {
+		if err := s.Publish(ctxT(t), teamInv, step.evs); err != nil {
+			t.Fatalf("Publish at epoch %d: %v", step.epoch, err)
+		}
+	}
+
+	fold := eventfold.New()
+	n := msgCount(t, st)
+	for seq := uint64(1); seq <= n; seq++ {
+		if err := fold.ApplyJSON(msgAt(t, st, seq).Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := sink.InventoryPath(teamInv)
+	items := fold.Items(path)
+	if got := items[after.Item.Key()]; got == nil || got.Hash != after.Item.Hash {
+		t.Errorf("stream of %d messages folds to %+v; want the successor's upsert of revision %s", n, got, after.Item.ResourceVersion)
+	}
+	if s := fold.Stats(path); s.Stale != 1 {
+		t.Errorf("fold stats %+v: want the former leader's event counted stale", s)
 	}
 }
