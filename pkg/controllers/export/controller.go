@@ -1137,6 +1137,9 @@ type resolveFailure struct{ reason, message string }
 
 func (r *resolveFailure) Error() string { return r.reason + ": " + r.message }
 
+// errInventoryDeleting is resolve's answer for an inventory being deleted.
+var errInventoryDeleting = errors.New("the inventory is being deleted")
+
 // resolve reads an exporter's configuration and re-checks its reference:
 // the inventory's requester must not have expired, the sink must exist, the
 // Scopes (or ClusterScopes) must still allow it, the requester recorded on
@@ -1154,6 +1157,12 @@ func (c *Controller) resolve(ctx context.Context, k exporterKey) (*resolved, err
 	spec, err := specOf(obj)
 	if err != nil {
 		return nil, err
+	}
+	if spec.meta.DeletionTimestamp != nil {
+		// The controller stops the exporters and cleans up. Until then an
+		// exporter must not take the deletion's generation bump for a
+		// spec change and restate everything it is about to remove.
+		return nil, errInventoryDeleting
 	}
 	out := &resolved{inventory: c.sinkInventory(k.inv, spec.meta), generation: spec.generation, sinkType: "unknown"}
 	for i := range spec.status.SinkExports {

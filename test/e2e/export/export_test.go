@@ -348,6 +348,9 @@ func TestExportToAllSinks(t *testing.T) {
 	removal := final[len(after.natsEvents):]
 	if len(removal) != len(items3)+1 {
 		t.Errorf("nats (Delete): %d events after the Inventory's deletion; want %d deletes and an empty resync", len(removal), len(items3))
+		for _, ev := range removal {
+			t.Logf("  %s %s (epoch %d, resync %q)", ev.Type, ev.ID, ev.Epoch, ev.Resync)
+		}
 	} else {
 		deleted := map[string]bool{}
 		for _, ev := range removal[:len(items3)] {
