@@ -47,7 +47,7 @@ func TestOpenBreakerClosesOnFlakyReceiver(t *testing.T) {
 			h := &reviewHost{inv: inv, obj: obj, maxAge: time.Hour}
 			v := newView(func() string { return "1" })
 			for i := range 100 {
-				v.upsert(reviewItem(strconv.Itoa(i), "uid-"+strconv.Itoa(i), "1", "h"+strconv.Itoa(i)))
+				v.upsert(exported(reviewItem(strconv.Itoa(i), "uid-"+strconv.Itoa(i), "1", "h"+strconv.Itoa(i))))
 			}
 			e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "hook"}, v)
 			defer func() { e.sub.close(); e.closeClient() }()
@@ -91,7 +91,7 @@ func TestTwoSinksOneTable(t *testing.T) {
 		for _, d := range []*databaseAdapter{a, b} {
 			v := newView(func() string { return "1" })
 			for i := range 300 {
-				v.upsert(reviewItem(strconv.Itoa(i), "uid-"+strconv.Itoa(i), "1", "h"+strconv.Itoa(i)))
+				v.upsert(exported(reviewItem(strconv.Itoa(i), "uid-"+strconv.Itoa(i), "1", "h"+strconv.Itoa(i))))
 			}
 			s := v.subscribe()
 			go func() { errs <- exportOnce(ctx, d, s, inv, false, 1) }()

@@ -83,7 +83,7 @@ func TestStoppedExporterStoresNoEntry(t *testing.T) {
 	h := newBatchHost(ctx, hookHost(t, srv.URL))
 	v := newView(func() string { return "1" })
 	for i := range 10 {
-		v.upsert(reviewItem(strconv.Itoa(i), "uid-"+strconv.Itoa(i), "1", "h"+strconv.Itoa(i)))
+		v.upsert(exported(reviewItem(strconv.Itoa(i), "uid-"+strconv.Itoa(i), "1", "h"+strconv.Itoa(i))))
 	}
 	e := hookExporter(t, h, v)
 
@@ -169,7 +169,7 @@ func TestStreakWarningSurvivesAFailedWrite(t *testing.T) {
 	srv := failingReceiver(t)
 	h := &flakyEntryHost{reviewHost: hookHost(t, srv.URL)}
 	v := newView(func() string { return "1" })
-	v.upsert(reviewItem("0", "uid-0", "1", "h0"))
+	v.upsert(exported(reviewItem("0", "uid-0", "1", "h0")))
 	e := hookExporter(t, h, v)
 	for range 3 {
 		e.runOnce(ctx)
@@ -201,7 +201,7 @@ func TestStreakWarningOutlivesAReferenceFailure(t *testing.T) {
 	srv := failingReceiver(t)
 	h := &missingSinkHost{flakyEntryHost: &flakyEntryHost{reviewHost: hookHost(t, srv.URL)}}
 	v := newView(func() string { return "1" })
-	v.upsert(reviewItem("0", "uid-0", "1", "h0"))
+	v.upsert(exported(reviewItem("0", "uid-0", "1", "h0")))
 	e := hookExporter(t, h, v)
 	e.runOnce(ctx) // fails; its entry's write fails
 	h.missing = true

@@ -150,18 +150,18 @@ func TestReviewNewLeaderWithNothingToWriteIsNotFenced(t *testing.T) {
 	// Leader A, epoch 5, exports x.
 	vA := newView(func() string { return "10" })
 	sA := vA.subscribe()
-	vA.upsert(x)
+	vA.upsert(exported(x))
 	if err := exportOnce(ctx, a, sA, inv, false, 5); err != nil {
 		t.Fatalf("leader A's first export: %v", err)
 	}
 	// z is created; A takes the batch and is paused (SIGSTOP) before Apply.
-	vA.upsert(reviewItem("z", "uid-z", "11", "hz"))
+	vA.upsert(exported(reviewItem("z", "uid-z", "11", "hz")))
 	stale := sA.take(false)
 
 	// z is deleted; B takes the Lease with epoch 6 and exports the live set {x}.
 	vB := newView(func() string { return "12" })
 	sB := vB.subscribe()
-	vB.upsert(x)
+	vB.upsert(exported(x))
 	if err := exportOnce(ctx, a, sB, inv, false, 6); err != nil {
 		t.Fatalf("leader B's first export: %v", err)
 	}
@@ -210,11 +210,11 @@ func TestReviewStaleCommitBetweenStateAndApplySurvives(t *testing.T) {
 
 	vA := newView(func() string { return "10" })
 	sA := vA.subscribe()
-	vA.upsert(x)
+	vA.upsert(exported(x))
 	if err := exportOnce(ctx, a, sA, inv, false, 5); err != nil {
 		t.Fatalf("leader A's first export: %v", err)
 	}
-	vA.upsert(reviewItem("z", "uid-z", "11", "hz")) // z created; A's next batch
+	vA.upsert(exported(reviewItem("z", "uid-z", "11", "hz"))) // z created; A's next batch
 	stale := sA.take(false)
 
 	// A is inside its Apply transaction, past the epoch check, holding the
@@ -267,8 +267,8 @@ func TestReviewStaleCommitBetweenStateAndApplySurvives(t *testing.T) {
 	// (z is not there yet) and waits for the cursor row to apply w.
 	vB := newView(func() string { return "13" })
 	sB := vB.subscribe()
-	vB.upsert(x)
-	vB.upsert(reviewItem("w", "uid-w", "12", "hw"))
+	vB.upsert(exported(x))
+	vB.upsert(exported(reviewItem("w", "uid-w", "12", "hw")))
 	errB := make(chan error, 1)
 	go func() { errB <- exportOnce(ctx, a, sB, inv, false, 6) }()
 	waiting(2)
@@ -356,7 +356,7 @@ func TestReviewEditedSnapshotSinkNeverWritesTheNewPlace(t *testing.T) {
 	inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv"}
 	h := &reviewHost{inv: inv, obj: obj, root: root, maxAge: time.Hour}
 	v := newView(func() string { return "1" })
-	v.upsert(reviewItem("x", "uid-x", "1", "hx"))
+	v.upsert(exported(reviewItem("x", "uid-x", "1", "hx")))
 	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
 	defer func() { e.sub.close(); e.closeClient() }()
 	e.runOnce(ctx)
@@ -398,7 +398,7 @@ func TestReviewIdleEventSinkKeepsTheStream(t *testing.T) {
 	v := newView(func() string { return "1" })
 	const n = 1000
 	for i := range n {
-		v.upsert(reviewItem(strconv.Itoa(i), "uid-"+strconv.Itoa(i), "1", "h"+strconv.Itoa(i)))
+		v.upsert(exported(reviewItem(strconv.Itoa(i), "uid-"+strconv.Itoa(i), "1", "h"+strconv.Itoa(i))))
 	}
 	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "events"}, v)
 	defer func() { e.sub.close(); e.closeClient() }()
@@ -441,13 +441,13 @@ func TestReviewStaleApplyAfterCleanupResurrectsRows(t *testing.T) {
 
 	vA := newView(func() string { return "10" })
 	sA := vA.subscribe()
-	vA.upsert(reviewItem("x", "uid-x", "10", "hx"))
+	vA.upsert(exported(reviewItem("x", "uid-x", "10", "hx")))
 	stale := sA.take(true) // A (epoch 5) holds its first batch, paused
 
 	// B (epoch 6) exports, then the inventory is deleted and B cleans up.
 	vB := newView(func() string { return "11" })
 	sB := vB.subscribe()
-	vB.upsert(reviewItem("x", "uid-x", "11", "hx2"))
+	vB.upsert(exported(reviewItem("x", "uid-x", "11", "hx2")))
 	if err := exportOnce(ctx, a, sB, inv, false, 6); err != nil {
 		t.Fatalf("leader B's export: %v", err)
 	}
@@ -513,11 +513,11 @@ func TestReviewReselectedItemIsRestated(t *testing.T) {
 	}
 	run("the first run: a resync of nothing")
 	x := reviewItem("x", "uid-x", "5", "hx")
-	v.upsert(x)
+	v.upsert(exported(x))
 	run("created")
-	v.replace(map[string]*sink.Item{})
+	v.replace(map[string]*exportedItem{})
 	run("its Target's labels no longer match")
-	v.replace(map[string]*sink.Item{x.Key(): x})
+	v.replace(map[string]*exportedItem{x.Key(): exported(x)})
 	run("and match again")
 
 	info, err := st.Info(ctx)
@@ -588,7 +588,7 @@ func TestReviewSecretNamingAnotherDatabaseGetsEverything(t *testing.T) {
 	inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv"}
 	h := &reviewHost{inv: inv, obj: obj, secret: sink.Secret{"dsn": []byte(reviewDSN())}, secretVersion: "1", maxAge: time.Nanosecond}
 	v := newView(func() string { return "1" })
-	v.upsert(reviewItem("x", "uid-x", "1", "hx"))
+	v.upsert(exported(reviewItem("x", "uid-x", "1", "hx")))
 	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyDatabase, namespace: "ns", name: "db"}, v)
 	defer func() { e.sub.close(); e.closeClient() }()
 	e.runOnce(ctx)
@@ -596,7 +596,7 @@ func TestReviewSecretNamingAnotherDatabaseGetsEverything(t *testing.T) {
 	// The Secret is edited to point at the new database; the client is
 	// rebuilt (by age, as every --sink-client-max-age) and y is created.
 	h.secret, h.secretVersion = sink.Secret{"dsn": []byte(dsn2)}, "2"
-	v.upsert(reviewItem("y", "uid-y", "2", "hy"))
+	v.upsert(exported(reviewItem("y", "uid-y", "2", "hy")))
 	e.runOnce(ctx)
 
 	ds, err := sink.Databases.Build(ctx, string(v1alpha1.DatabaseSinkPostgres), &dbSink.Spec,

@@ -28,7 +28,7 @@ func TestReexportsSpreadOverThePeriod(t *testing.T) {
 		h := &reviewHost{inv: sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: name},
 			obj: obj, root: root, maxAge: time.Hour, interval: interval, watchdog: watchdog, echo: true}
 		v := newView(func() string { return "1" })
-		v.upsert(reviewItem("x", "uid-x-"+name, "1", "hx"))
+		v.upsert(exported(reviewItem("x", "uid-x-"+name, "1", "hx")))
 		e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: name}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
 		t.Cleanup(func() { e.sub.close(); e.closeClient() })
 		e.runOnce(ctx)
@@ -117,7 +117,7 @@ func spreadHost(t *testing.T, interval, watchdog time.Duration) (*reviewHost, *v
 	h := &reviewHost{inv: sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv"},
 		obj: reviewFileSink(t), root: t.TempDir(), maxAge: time.Hour, interval: interval, watchdog: watchdog, echo: true}
 	v := newView(func() string { return "1" })
-	v.upsert(reviewItem("x", "uid-x", "1", "hx"))
+	v.upsert(exported(reviewItem("x", "uid-x", "1", "hx")))
 	return h, v
 }
 
@@ -235,7 +235,7 @@ func TestWatchdogRefreshSmallShares(t *testing.T) {
 		h := &reviewHost{inv: sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: name},
 			obj: obj, root: root, maxAge: time.Hour, watchdog: watchdog, echo: true}
 		v := newView(func() string { return "1" })
-		v.upsert(reviewItem("x", "uid-x-"+name, "1", "hx"))
+		v.upsert(exported(reviewItem("x", "uid-x-"+name, "1", "hx")))
 		e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: name}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
 		e.runOnce(ctx)
 		share := time.Duration(e.spread * float64(watchdog))

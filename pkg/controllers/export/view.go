@@ -20,14 +20,16 @@ type view struct {
 	// has been applied to the views (the cursor a run may claim).
 	applied func() string
 
-	mu       sync.Mutex
-	items    map[string]*sink.Item
+	mu sync.Mutex
+	// items are the informers' entries: the item, its key and its digest,
+	// computed once per item version and shared by every view holding it.
+	items    map[string]*exportedItem
 	checksum sink.Checksum
 	subs     map[*subscription]struct{}
 }
 
 func newView(applied func() string) *view {
-	return &view{applied: applied, items: map[string]*sink.Item{}, subs: map[*subscription]struct{}{}}
+	return &view{applied: applied, items: map[string]*exportedItem{}, subs: map[*subscription]struct{}{}}
 }
 
 // material reports whether b differs from a in what sinks hold. A new
@@ -40,20 +42,19 @@ func material(a, b *sink.Item) bool {
 // upsert adds or replaces an item and tells the subscribers when its
 // content changed. A new resourceVersion with the same hash (a label edit)
 // updates the item without waking anyone.
-func (v *view) upsert(it *sink.Item) {
+func (v *view) upsert(e *exportedItem) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	key := it.Key()
-	old := v.items[key]
-	v.items[key] = it
-	if !material(old, it) {
+	old := v.items[e.key]
+	v.items[e.key] = e
+	if !material(old.exported(), e.item) {
 		return
 	}
 	if old != nil {
-		v.checksum.Remove(key, old.Hash)
+		v.checksum.RemoveDigest(old.digest)
 	}
-	v.checksum.Add(key, it.Hash)
-	v.notifyLocked(key, old, "")
+	v.checksum.AddDigest(e.digest)
+	v.notifyLocked(e.key, old.exported(), "")
 }
 
 // remove deletes an item; last is its final state (the delete event's
@@ -66,12 +67,12 @@ func (v *view) remove(key string, last *sink.Item) {
 		return
 	}
 	delete(v.items, key)
-	v.checksum.Remove(key, old.Hash)
+	v.checksum.RemoveDigest(old.digest)
 	gone := ""
-	if last != nil && last.UID == old.UID {
+	if last != nil && last.UID == old.item.UID {
 		gone = last.ResourceVersion
 	}
-	v.notifyLocked(key, old, gone)
+	v.notifyLocked(key, old.item, gone)
 }
 
 // replace makes the view hold exactly items (after the inventory's target
@@ -79,7 +80,7 @@ func (v *view) remove(key string, last *sink.Item) {
 // leaves and comes back unchanged would be published again under the id
 // of its first upsert, which receivers drop as a repeat: a selection change
 // makes the subscribers restate the whole set instead (a resync or diff).
-func (v *view) replace(items map[string]*sink.Item) {
+func (v *view) replace(items map[string]*exportedItem) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	changed := false
@@ -91,23 +92,27 @@ func (v *view) replace(items map[string]*sink.Item) {
 			}
 		}
 	}()
+	if len(v.items) == 0 {
+		// A first build: one allocation, not a map grown ten times over.
+		v.items = make(map[string]*exportedItem, len(items))
+	}
 	for key, old := range v.items {
 		if _, ok := items[key]; !ok {
 			delete(v.items, key)
-			v.checksum.Remove(key, old.Hash)
-			v.notifyLocked(key, old, "")
+			v.checksum.RemoveDigest(old.digest)
+			v.notifyLocked(key, old.item, "")
 			changed = true
 		}
 	}
-	for key, it := range items {
+	for key, e := range items {
 		old := v.items[key]
-		v.items[key] = it
-		if material(old, it) {
+		v.items[key] = e
+		if material(old.exported(), e.item) {
 			if old != nil {
-				v.checksum.Remove(key, old.Hash)
+				v.checksum.RemoveDigest(old.digest)
 			}
-			v.checksum.Add(key, it.Hash)
-			v.notifyLocked(key, old, "")
+			v.checksum.AddDigest(e.digest)
+			v.notifyLocked(key, old.exported(), "")
 			changed = true
 		}
 	}
@@ -224,13 +229,13 @@ func (s *subscription) take(full bool) *batch {
 	var sorted []keyedItem
 	if full {
 		sorted = make([]keyedItem, 0, len(s.v.items))
-		for key, it := range s.v.items {
-			sorted = append(sorted, keyedItem{key, it})
+		for key, e := range s.v.items {
+			sorted = append(sorted, keyedItem{key, e.item})
 		}
 	} else {
 		sorted = make([]keyedItem, 0, len(b.owed))
 		for key := range b.owed {
-			sorted = append(sorted, keyedItem{key, s.v.items[key]})
+			sorted = append(sorted, keyedItem{key, s.v.items[key].exported()})
 		}
 	}
 	s.v.mu.Unlock()

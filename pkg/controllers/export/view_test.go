@@ -35,9 +35,9 @@ func TestOwedChangesSurviveFailures(t *testing.T) {
 	rv := "10"
 	v := newView(func() string { return rv })
 	s := v.subscribe()
-	v.upsert(item("a", "ua", "1", "h1"))
-	v.upsert(item("b", "ub", "2", "h2"))
-	v.upsert(item("c", "uc", "3", "h3"))
+	v.upsert(exported(item("a", "ua", "1", "h1")))
+	v.upsert(exported(item("b", "ub", "2", "h2")))
+	v.upsert(exported(item("c", "uc", "3", "h3")))
 	b := s.take(false)
 	expectOps(t, "first delivery", b, "upsert ns/a ua@1; upsert ns/b ub@2; upsert ns/c uc@3")
 	if b.cursor != "10" || b.count != 3 {
@@ -49,10 +49,10 @@ func TestOwedChangesSurviveFailures(t *testing.T) {
 	}
 
 	// During a failing delivery a is deleted and b leaves the selection.
-	v.upsert(item("a", "ua", "4", "h1b"))
+	v.upsert(exported(item("a", "ua", "4", "h1b")))
 	b = s.take(false)
 	v.remove("ns/a", item("a", "ua", "5", "h1b"))
-	v.replace(map[string]*sink.Item{"ns/c": item("c", "uc", "3", "h3")})
+	v.replace(map[string]*exportedItem{"ns/c": exported(item("c", "uc", "3", "h3"))})
 	s.giveBack(b) // the receiver answered 400
 	b = s.take(false)
 	expectOps(t, "after the failure", b, "delete ns/a ua@5; delete ns/b ub@2")
@@ -66,10 +66,10 @@ func TestOwedChangesSurviveFailures(t *testing.T) {
 func TestRecreateIsDeleteAndUpsert(t *testing.T) {
 	v := newView(func() string { return "" })
 	s := v.subscribe()
-	v.upsert(item("a", "u1", "1", "same"))
+	v.upsert(exported(item("a", "u1", "1", "same")))
 	s.take(false)
 	v.remove("ns/a", item("a", "u1", "2", "same"))
-	v.upsert(item("a", "u2", "3", "same"))
+	v.upsert(exported(item("a", "u2", "3", "same")))
 	expectOps(t, "recreated", s.take(false), "delete ns/a u1@2; upsert ns/a u2@3")
 }
 
@@ -78,13 +78,13 @@ func TestRecreateIsDeleteAndUpsert(t *testing.T) {
 func TestCancelledChanges(t *testing.T) {
 	v := newView(func() string { return "" })
 	s := v.subscribe()
-	v.upsert(item("a", "u1", "1", "h1"))
+	v.upsert(exported(item("a", "u1", "1", "h1")))
 	s.take(false)
-	v.upsert(item("a", "u1", "2", "h2"))
-	v.upsert(item("a", "u1", "3", "h1"))
-	v.upsert(item("a", "u1", "4", "h1"))
+	v.upsert(exported(item("a", "u1", "2", "h2")))
+	v.upsert(exported(item("a", "u1", "3", "h1")))
+	v.upsert(exported(item("a", "u1", "4", "h1")))
 	expectOps(t, "changed and changed back", s.take(false), "")
-	v.upsert(item("new", "u9", "5", "h9"))
+	v.upsert(exported(item("new", "u9", "5", "h9")))
 	v.remove("ns/new", item("new", "u9", "6", "h9"))
 	expectOps(t, "created and deleted between runs", s.take(false), "")
 }
@@ -94,13 +94,13 @@ func TestCancelledChanges(t *testing.T) {
 func TestSubscriptionsAreIndependent(t *testing.T) {
 	v := newView(func() string { return "" })
 	s1, s2 := v.subscribe(), v.subscribe()
-	v.upsert(item("a", "u1", "1", "h1"))
+	v.upsert(exported(item("a", "u1", "1", "h1")))
 	s1.take(false)
 	v.remove("ns/a", item("a", "u1", "2", "h1"))
 	expectOps(t, "s1", s1.take(false), "delete ns/a u1@2")
 	expectOps(t, "s2 never delivered a: nothing to delete", s2.take(false), "")
 	s2.close()
-	v.upsert(item("b", "u2", "3", "h2"))
+	v.upsert(exported(item("b", "u2", "3", "h2")))
 	if got := s2.peek().owed; got != 0 {
 		t.Errorf("a closed subscription is still owed %d changes", got)
 	}
@@ -112,7 +112,7 @@ func TestFullTake(t *testing.T) {
 	v := newView(func() string { return "7" })
 	s := v.subscribe()
 	for _, n := range []string{"c", "a", "b"} {
-		v.upsert(item(n, "u"+n, "1", "h"+n))
+		v.upsert(exported(item(n, "u"+n, "1", "h"+n)))
 	}
 	b := s.take(true)
 	var keys []string

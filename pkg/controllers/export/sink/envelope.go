@@ -38,19 +38,27 @@ type Envelope struct {
 // detected in O(changes); docs/export.md shows how a reader recomputes it.
 type Checksum [32]byte
 
-func itemDigest(key, hash string) [32]byte {
-	h := sha256.New()
-	h.Write([]byte(key))
-	h.Write([]byte{'\n'})
-	h.Write([]byte(hash))
-	var d [32]byte
-	h.Sum(d[:0])
-	return d
+// Digest is one item's share of a Checksum: SHA-256(key "\n" hash). An
+// item version's digest never changes, so a holder of many views of one
+// item computes it once (DigestOf) and adds it to each (AddDigest).
+type Digest [32]byte
+
+// DigestOf is the digest of the item (key, hash).
+func DigestOf(key, hash string) Digest {
+	// Keys and hashes are short: the input is assembled on the stack.
+	var buf [256]byte
+	b := append(append(append(buf[:0], key...), '\n'), hash...)
+	return sha256.Sum256(b)
 }
 
 // Add includes the item (key, hash) in the checksum.
-func (c *Checksum) Add(key, hash string) {
-	d := itemDigest(key, hash)
+func (c *Checksum) Add(key, hash string) { c.AddDigest(DigestOf(key, hash)) }
+
+// Remove takes the item (key, hash) out of the checksum.
+func (c *Checksum) Remove(key, hash string) { c.RemoveDigest(DigestOf(key, hash)) }
+
+// AddDigest includes an item, by its digest, in the checksum.
+func (c *Checksum) AddDigest(d Digest) {
 	var carry uint64
 	for i := 31; i >= 0; i-- {
 		s, c1 := bits.Add64(uint64(c[i]), uint64(d[i]), carry)
@@ -58,9 +66,8 @@ func (c *Checksum) Add(key, hash string) {
 	}
 }
 
-// Remove takes the item (key, hash) out of the checksum.
-func (c *Checksum) Remove(key, hash string) {
-	d := itemDigest(key, hash)
+// RemoveDigest takes an item, by its digest, out of the checksum.
+func (c *Checksum) RemoveDigest(d Digest) {
 	var borrow uint64
 	for i := 31; i >= 0; i-- {
 		v := uint64(c[i]) - uint64(d[i]) - borrow

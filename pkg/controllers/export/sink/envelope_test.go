@@ -2,7 +2,11 @@ package sink
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"math/big"
+	"strings"
 	"testing"
 	"time"
 )
@@ -47,6 +51,36 @@ func TestChecksum(t *testing.T) {
 	changed[17].Hash = "ff"
 	if ChecksumOf(changed) == want {
 		t.Fatal("a changed hash does not change the checksum")
+	}
+}
+
+// TestChecksumIsTheDocumentedSum recomputes the checksum as docs/export.md
+// tells a reader to: the sum modulo 2^256 of SHA-256(key "\n" hash), each
+// read as a big-endian integer; also for a key longer than DigestOf's
+// stack buffer.
+func TestChecksumIsTheDocumentedSum(t *testing.T) {
+	items := testItems(20)
+	items[3].Name = strings.Repeat("n", 300)
+	sum := new(big.Int)
+	for _, it := range items {
+		d := sha256.Sum256([]byte(it.Key() + "\n" + it.Hash))
+		sum.Add(sum, new(big.Int).SetBytes(d[:]))
+		if got := DigestOf(it.Key(), it.Hash); got != Digest(d) {
+			t.Errorf("DigestOf(%.20s…) = %x, want %x", it.Key(), got, d)
+		}
+	}
+	sum.Mod(sum, new(big.Int).Lsh(big.NewInt(1), 256))
+	want := make([]byte, 32)
+	sum.FillBytes(want)
+	if got := ChecksumOf(items); got != hex.EncodeToString(want) {
+		t.Errorf("ChecksumOf = %s, want %x", got, want)
+	}
+	var c Checksum
+	for _, it := range items {
+		c.AddDigest(DigestOf(it.Key(), it.Hash))
+	}
+	if c.String() != hex.EncodeToString(want) {
+		t.Errorf("AddDigest sum = %s, want %x", c, want)
 	}
 }
 
