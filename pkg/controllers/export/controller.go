@@ -266,6 +266,12 @@ func New(cfg Config) (*Controller, error) {
 		byNamespace:  map[string]map[invKey]*inventoryState{},
 	}
 	c.entries = newEntryWrites(entryLinger, c.writeEntries)
+	c.entries.alone = func(t entryTarget) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		s := c.state[t.inv]
+		return s == nil || len(s.exporters) <= 1
+	}
 	return c, nil
 }
 

@@ -27,6 +27,9 @@ type entryWrites struct {
 	// linger is how long a batch with no write before it waits for more
 	// entries (PostgreSQL's commit_delay).
 	linger time.Duration
+	// alone, when set, reports that no other exporter of the target may
+	// join its batch: it then does not linger, since nothing would come.
+	alone func(entryTarget) bool
 
 	mu sync.Mutex
 	// open is the batch of a target that still takes entries: its flush
@@ -104,7 +107,7 @@ func (w *entryWrites) put(ctx, base context.Context, k exporterKey, uid string, 
 func (w *entryWrites) flush(base context.Context, t entryTarget, b, prev *entryBatch) {
 	if prev != nil {
 		<-prev.done // a write's own time: the storage bounds it
-	} else {
+	} else if w.alone == nil || !w.alone(t) {
 		// Exporters started together (a new inventory's) report within
 		// moments of each other: a short wait lets them share this write
 		// rather than make the next one.

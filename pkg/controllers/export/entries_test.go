@@ -191,3 +191,26 @@ func TestEntryWritesLinger(t *testing.T) {
 		t.Errorf("writes %v, want one of a, b and c", l.writes)
 	}
 }
+
+// An inventory with one exporter has nobody to wait for: its entry is
+// written without the linger (an hour here: the test's deadline fails it
+// if it waits).
+func TestEntryWritesAloneDoNotLinger(t *testing.T) {
+	l := &writeLog{started: make(chan struct{}), release: make(chan struct{})}
+	close(l.release)
+	w := newEntryWrites(time.Hour, l.write)
+	inv := invKey{Namespace: "ns", Name: "inv"}
+	var asked []entryTarget
+	w.alone = func(t entryTarget) bool {
+		asked = append(asked, t)
+		return true
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := w.put(ctx, t.Context(), sinkKeyed(inv, "a"), "u", &v1alpha1.SinkExportStatus{Name: "a"}, ""); err != nil {
+		t.Fatalf("entry of a lone exporter: %v (it waited for the linger)", err)
+	}
+	if len(l.writes) != 1 || !slices.Equal(asked, []entryTarget{{inv: inv, uid: "u"}}) {
+		t.Errorf("writes %v, alone asked for %v", l.writes, asked)
+	}
+}
