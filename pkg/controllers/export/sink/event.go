@@ -23,9 +23,10 @@ const (
 type Event struct {
 	SpecVersion string `json:"specversion"`
 	// ID is the idempotency key (Nats-Msg-Id; what a webhook receiver
-	// deduplicates on): it names the cluster, the inventory and the item
-	// revision, so the same change published again has the same ID and
-	// no two meanings share one. See NewEvent.
+	// deduplicates on): it names the cluster, the inventory, the leader's
+	// epoch and the item revision, so the same change published again by
+	// the same leader has the same ID and no two meanings share one. See
+	// NewEvent.
 	ID              string    `json:"id"`
 	Source          string    `json:"source"`
 	Type            string    `json:"type"`

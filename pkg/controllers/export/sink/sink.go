@@ -84,8 +84,8 @@ type Item struct {
 	// Hash is the item's content hash (hex SHA-256).
 	Hash string `json:"hash"`
 
-	// UID and ResourceVersion of the item object: the row key and the
-	// events' idempotency key.
+	// UID and ResourceVersion of the item object: the row key, and with
+	// the leader's epoch the events' idempotency key.
 	UID             string `json:"-"`
 	ResourceVersion string `json:"-"`
 }
@@ -181,8 +181,11 @@ type DatabaseSink interface {
 type EventSink interface {
 	// Publish sends the events in order and returns once every one is
 	// acknowledged (a JetStream ack, a 2xx answer). On error the events
-	// before the failing one were delivered; the exporter sends the rest
-	// again later with the same ids, which lets a receiver drop repeats.
+	// before the failing one were delivered, and later ones may have been:
+	// the exporter no longer knows what the consumer holds, and its next
+	// delivery is a resync (docs/export.md, "Consuming events"). Within
+	// one call a sink may retry an event; it keeps its id, which lets a
+	// receiver drop the repeat.
 	Publish(ctx context.Context, inv Inventory, events []Event) error
 	Prober
 }

@@ -235,8 +235,8 @@ func (s *Sink) authOption(secret sink.Secret) (natsgo.Option, error) {
 // throughput; the server stores one connection's messages in the order
 // sent, and acks are awaited in that order, so the events before the first
 // failed ack are the ones delivered. Events after a failed one may still
-// have been stored: resending them is harmless, as their Nats-Msg-Id is
-// unchanged, but the stream then holds them before the failed one.
+// have been stored: the exporter's next delivery is a resync, which
+// restates the live set over whatever landed.
 func (s *Sink) Publish(ctx context.Context, inv sink.Inventory, events []sink.Event) error {
 	n := len(events)
 	if n == 0 {

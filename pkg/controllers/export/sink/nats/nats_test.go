@@ -755,54 +755,68 @@ func TestEventWithoutID(t *testing.T) {
 }
 
 // TestFormerLeaderDoesNotShadowItsSuccessor: a former leader that resumes
-// after its successor's resync can publish a change the successor
-// publishes too (an item write both saw). The consumer ignores the former
-// leader's event (older epoch); the stream must still store the
-// successor's, so ids differ by epoch: with one id per change, JetStream
-// dropped the successor's event as a repeat and the consumer kept the
-// item's previous content until the next resync.
+// after a pause can publish a change its successor publishes too (an item
+// write both saw). The stream must store the successor's event whatever
+// came first, so ids differ by epoch: with one id per change, JetStream
+// dropped the successor's event as a repeat, and the consumer kept the
+// item's previous content until the next resync. Two orders:
+//   - after the successor's resync: the consumer ignores the former
+//     leader's copy (older epoch);
+//   - before it, when the resync's snapshot predates the change: the
+//     resync restates the previous content over the former leader's copy,
+//     and only the successor's own event brings the change.
 func TestFormerLeaderDoesNotShadowItsSuccessor(t *testing.T) {
-	js := admin(t, testURL())
-	st, prefix := newStream(t, js)
-	s := newSink(t, testURL(), st.CachedInfo().Config.Name, prefix+".{namespace}.{inventory}", nil)
 	const former, successor = testEpoch, testEpoch + 1
-	now := time.Now()
-
-	before := changes(t, 1)[0]
-	before.Op = sink.Upsert
-	token := fmt.Sprintf("%d.%d", successor, now.UnixNano())
-	resync := []sink.Event{
-		sink.NewResyncEvent(teamInv, token, 1, sink.ChecksumOf([]*sink.Item{before.Item}), successor, now),
-		sink.NewEvent(teamInv, before, successor, token, now),
-	}
-	after := sink.Change{Op: sink.Upsert, Item: new(*before.Item)}
-	after.Item.ResourceVersion, after.Item.Hash = "200", fmt.Sprintf("%064x", 200)
-	for _, step := range []struct {
-		epoch int64
-		evs   []sink.Event
+	for _, tc := range []struct {
+		name       string
+		copyFirst  bool
+		wantStale  int
+		wantStored uint64
 	}{
-		{successor, resync},
-		{former, []sink.Event{sink.NewEvent(teamInv, after, former, "", now)}},
-		{successor, []sink.Event{sink.NewEvent(teamInv, after, successor, "", now)}},
+		{name: "former leader's copy after the successor's resync", wantStale: 1, wantStored: 4},
+		{name: "former leader's copy before the successor's resync", copyFirst: true, wantStale: 0, wantStored: 4},
 	} {
-		if err := s.Publish(ctxT(t), teamInv, step.evs); err != nil {
-			t.Fatalf("Publish at epoch %d: %v", step.epoch, err)
-		}
-	}
+		t.Run(tc.name, func(t *testing.T) {
+			js := admin(t, testURL())
+			st, prefix := newStream(t, js)
+			s := newSink(t, testURL(), st.CachedInfo().Config.Name, prefix+".{namespace}.{inventory}", nil)
+			now := time.Now()
 
-	fold := eventfold.New()
-	n := msgCount(t, st)
-	for seq := uint64(1); seq <= n; seq++ {
-		if err := fold.ApplyJSON(msgAt(t, st, seq).Data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	path := sink.InventoryPath(teamInv)
-	items := fold.Items(path)
-	if got := items[after.Item.Key()]; got == nil || got.Hash != after.Item.Hash {
-		t.Errorf("stream of %d messages folds to %+v; want the successor's upsert of revision %s", n, got, after.Item.ResourceVersion)
-	}
-	if s := fold.Stats(path); s.Stale != 1 {
-		t.Errorf("fold stats %+v: want the former leader's event counted stale", s)
+			before := changes(t, 1)[0]
+			before.Op = sink.Upsert
+			token := fmt.Sprintf("%d.%d", successor, now.UnixNano())
+			resync := []sink.Event{
+				sink.NewResyncEvent(teamInv, token, 1, sink.ChecksumOf([]*sink.Item{before.Item}), successor, now),
+				sink.NewEvent(teamInv, before, successor, token, now),
+			}
+			after := sink.Change{Op: sink.Upsert, Item: new(*before.Item)}
+			after.Item.ResourceVersion, after.Item.Hash = "200", fmt.Sprintf("%064x", 200)
+			formerCopy := []sink.Event{sink.NewEvent(teamInv, after, former, "", now)}
+			steps := [][]sink.Event{resync, formerCopy}
+			if tc.copyFirst {
+				steps = [][]sink.Event{formerCopy, resync}
+			}
+			steps = append(steps, []sink.Event{sink.NewEvent(teamInv, after, successor, "", now)})
+			for i, evs := range steps {
+				if err := s.Publish(ctxT(t), teamInv, evs); err != nil {
+					t.Fatalf("Publish, step %d: %v", i, err)
+				}
+			}
+
+			fold := eventfold.New()
+			n := msgCount(t, st)
+			for seq := uint64(1); seq <= n; seq++ {
+				if err := fold.ApplyJSON(msgAt(t, st, seq).Data); err != nil {
+					t.Fatal(err)
+				}
+			}
+			path := sink.InventoryPath(teamInv)
+			if got := fold.Items(path)[after.Item.Key()]; n != tc.wantStored || got == nil || got.Hash != after.Item.Hash {
+				t.Errorf("stream of %d messages (want %d) folds to %+v; want the successor's upsert of revision %s", n, tc.wantStored, got, after.Item.ResourceVersion)
+			}
+			if s := fold.Stats(path); s.Stale != tc.wantStale || s.Duplicates != 0 {
+				t.Errorf("fold stats %+v: want %d stale, no duplicates", s, tc.wantStale)
+			}
+		})
 	}
 }
