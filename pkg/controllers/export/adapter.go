@@ -76,11 +76,15 @@ func (a *databaseAdapter) needsLiveSet(known, full bool) bool { return !known ||
 func (a *databaseAdapter) deliver(ctx context.Context, d *delivery) (bool, error) {
 	changes := d.b.changes
 	if !d.known || d.full {
-		// Claim this epoch as the table is read: a former leader's
-		// transaction in flight commits before the read or is refused
-		// after it, so the read sees everything that will ever land, and
-		// a stale batch cannot follow a diff that found nothing to write.
-		held, _, err := a.s.State(ctx, d.inv, &sink.Cursor{Position: d.acked, Epoch: d.epoch})
+		// Claim this epoch first, in a transaction of its own: a former
+		// leader's transaction in flight commits before it or is refused
+		// after it, so the State read next sees everything that will
+		// ever land, and a stale batch cannot follow a diff that found
+		// nothing to write.
+		if err := a.s.Apply(ctx, d.inv, nil, sink.Cursor{Position: d.acked, Epoch: d.epoch}); err != nil {
+			return false, err
+		}
+		held, _, err := a.s.State(ctx, d.inv)
 		if err != nil {
 			return false, err
 		}

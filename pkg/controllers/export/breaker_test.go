@@ -101,7 +101,7 @@ func TestTwoSinksOneTable(t *testing.T) {
 				t.Errorf("trial %d: %v", trial, err)
 			}
 		}
-		if held, _, err := ds.State(ctx, inv, nil); err != nil || len(held) != 300 {
+		if held, _, err := ds.State(ctx, inv); err != nil || len(held) != 300 {
 			t.Errorf("trial %d: %d rows (%v), want 300", trial, len(held), err)
 		}
 	}

@@ -165,7 +165,7 @@ func TestReviewNewLeaderWithNothingToWriteIsNotFenced(t *testing.T) {
 	if err := exportOnce(ctx, a, sB, inv, false, 6); err != nil {
 		t.Fatalf("leader B's first export: %v", err)
 	}
-	_, cursor, err := ds.State(ctx, inv, nil)
+	_, cursor, err := ds.State(ctx, inv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestReviewNewLeaderWithNothingToWriteIsNotFenced(t *testing.T) {
 	if !errors.Is(err, sink.ErrFenced) {
 		t.Errorf("the former leader's batch (epoch 5) after leader B (epoch 6) exported: err %v, want ErrFenced", err)
 	}
-	held, _, err := ds.State(ctx, inv, nil)
+	held, _, err := ds.State(ctx, inv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func TestReviewStaleCommitBetweenStateAndApplySurvives(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("former leader's apply: %v; new leader's export: %v", <-errA, <-errB)
-	held, cursor, err := ds.State(ctx, inv, nil)
+	held, cursor, err := ds.State(ctx, inv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +459,7 @@ func TestReviewStaleApplyAfterCleanupResurrectsRows(t *testing.T) {
 	if !errors.Is(err, sink.ErrFenced) {
 		t.Errorf("the former leader's batch (epoch 5) after leader B (epoch 6) cleaned up: err %v, want ErrFenced", err)
 	}
-	held, cursor, err := ds.State(ctx, inv, nil)
+	held, cursor, err := ds.State(ctx, inv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -605,7 +605,7 @@ func TestReviewSecretNamingAnotherDatabaseGetsEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = ds.Close() }()
-	held, _, err := ds.State(ctx, inv, nil)
+	held, _, err := ds.State(ctx, inv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -156,12 +156,8 @@ type DatabaseSink interface {
 	// State returns what the sink holds for the inventory (of inv.Cluster
 	// only): item UID to item hash, and the cursor stored with the last
 	// applied batch. The exporter diffs it against the inventory to resume
-	// after a restart and to repair drift. With claim set, State first
-	// stores claim as the cursor, fenced like Apply, in the transaction
-	// that reads: a batch of an older epoch in flight commits before the
-	// read or is refused after it, so the read sees all that will ever
-	// land (the returned cursor is then claim).
-	State(ctx context.Context, inv Inventory, claim *Cursor) (hashes map[string]string, cursor Cursor, err error)
+	// after a restart and to repair drift.
+	State(ctx context.Context, inv Inventory) (hashes map[string]string, cursor Cursor, err error)
 	// Apply applies the changes and stores cursor in one transaction:
 	// after a crash either all of them and the cursor are stored, or none.
 	// Upserts are keyed by (cluster, inventory namespace, inventory name,

@@ -152,7 +152,7 @@ func TestRejectsUnkeyableInventory(t *testing.T) {
 		"NUL in name":      {sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "a", Name: "i\x00nv"}, "name contains a NUL"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, _, errState := s.State(ctx, tc.inv, nil)
+			_, _, errState := s.State(ctx, tc.inv)
 			for op, err := range map[string]error{
 				"State":  errState,
 				"Apply":  s.Apply(ctx, tc.inv, []sink.Change{upsert(item("u", "h"))}, pos("c")),
@@ -193,7 +193,7 @@ func TestRegistered(t *testing.T) {
 	if err := ds.Apply(ctx, invA, []sink.Change{upsert(item("u1", "h1"))}, sink.Cursor{Position: "c1", Epoch: 7}); err != nil {
 		t.Fatalf("Apply through the registry: %v", err)
 	}
-	hashes, cursor, err := ds.State(ctx, invA, nil)
+	hashes, cursor, err := ds.State(ctx, invA)
 	if err != nil || !reflect.DeepEqual(hashes, map[string]string{"u1": "h1"}) || cursor != (sink.Cursor{Position: "c1", Epoch: 7}) {
 		t.Errorf("State through the registry = %v, %+v, %v", hashes, cursor, err)
 	}

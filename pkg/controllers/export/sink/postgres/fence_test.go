@@ -7,10 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"kollect.dev/kollect/pkg/controllers/export/sink"
 )
@@ -120,87 +116,4 @@ func TestFencingConcurrent(t *testing.T) {
 		wantState(t, current, inv, want, sink.Cursor{Position: "c", Epoch: 2})
 	}
 	t.Logf("the stale leader was fenced in %d of %d rounds (it committed first in the others)", fenced, rounds)
-}
-
-// State with a claim stores the claimed cursor, fenced like Apply, in the
-// transaction that reads; a claim of an older epoch is refused and
-// changes nothing; and a batch of an older epoch in flight when the claim
-// comes is waited for and read, while one after it is refused.
-func TestStateClaims(t *testing.T) {
-	conn := connect(t)
-	ctx := testContext(t)
-	schema := testSchema(t, conn)
-	const table = "items"
-	s := newSink(t, schema, table)
-
-	mustApply(t, s, invA, []sink.Change{upsert(item("u1", "h1")), upsert(item("u2", "h2"))}, sink.Cursor{Position: "p2", Epoch: 2})
-	hashes, cursor, err := s.State(ctx, invA, &sink.Cursor{Position: "p2", Epoch: 3})
-	if err != nil || !reflect.DeepEqual(hashes, map[string]string{"u1": "h1", "u2": "h2"}) || cursor != (sink.Cursor{Position: "p2", Epoch: 3}) {
-		t.Fatalf("State claiming epoch 3 = %v, %+v, %v; want both rows and the claimed cursor", hashes, cursor, err)
-	}
-	if err := s.Apply(ctx, invA, []sink.Change{del("u1")}, sink.Cursor{Position: "p2b", Epoch: 2}); !errors.Is(err, sink.ErrFenced) {
-		t.Errorf("Apply at epoch 2 after a claim of epoch 3 = %v, want ErrFenced", err)
-	}
-	if _, _, err := s.State(ctx, invA, &sink.Cursor{Position: "old", Epoch: 2}); !errors.Is(err, sink.ErrFenced) {
-		t.Errorf("State claiming epoch 2 after epoch 3 = %v, want ErrFenced", err)
-	}
-	wantState(t, s, invA, map[string]string{"u1": "h1", "u2": "h2"}, sink.Cursor{Position: "p2", Epoch: 3})
-
-	// A former leader's batch (epoch 3) holds the cursor row when epoch 4
-	// claims: the claim waits for its commit and reads its row.
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if err := s.fence(ctx, tx, invA, sink.Cursor{Position: "p3", Epoch: 3}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, s.upsertSQL, itemRow(invA, item("u3", "h3"))...); err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		hashes map[string]string
-		err    error
-	}
-	claimed := make(chan result, 1)
-	go func() {
-		h, _, err := s.State(ctx, invA, &sink.Cursor{Position: "p3", Epoch: 4})
-		claimed <- result{h, err}
-	}()
-	// The claim is blocked on the row lock the batch holds.
-	waitLocked(t, conn, schema)
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r := <-claimed
-	if r.err != nil || !reflect.DeepEqual(r.hashes, map[string]string{"u1": "h1", "u2": "h2", "u3": "h3"}) {
-		t.Errorf("State claiming epoch 4 behind a batch of epoch 3 = %v, %v; want the batch's row read", r.hashes, r.err)
-	}
-	if err := s.Apply(ctx, invA, []sink.Change{upsert(item("u4", "h4"))}, sink.Cursor{Position: "p3b", Epoch: 3}); !errors.Is(err, sink.ErrFenced) {
-		t.Errorf("a batch of epoch 3 after the claim of epoch 4 = %v, want ErrFenced", err)
-	}
-	wantState(t, s, invA, map[string]string{"u1": "h1", "u2": "h2", "u3": "h3"}, sink.Cursor{Position: "p3", Epoch: 4})
-}
-
-// waitLocked waits until a backend waits for a lock in the test's schema.
-func waitLocked(t *testing.T, conn *pgx.Conn, schema string) {
-	t.Helper()
-	pool, err := pgxpool.New(testContext(t), conn.Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	for range 200 {
-		var waiting int
-		if err := pool.QueryRow(testContext(t), `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND position($1 in query) > 0`, schema).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatal("no backend waits for the cursor row's lock")
 }

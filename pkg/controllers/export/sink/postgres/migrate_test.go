@@ -158,7 +158,7 @@ func TestConcurrentMigrators(t *testing.T) {
 		for i := range sinks {
 			wg.Go(func() {
 				<-start
-				hashes[i], _, errs[i] = sinks[i].State(testContext(t), invs[i], nil)
+				hashes[i], _, errs[i] = sinks[i].State(testContext(t), invs[i])
 			})
 		}
 		close(start)

@@ -420,7 +420,7 @@ func (s *Sink) setNames(pg *v1alpha1.PostgresSinkConfig) error {
 
 // State returns item UID to hash for the inventory's rows and its cursor,
 // read from one snapshot so that they match.
-func (s *Sink) State(ctx context.Context, inv sink.Inventory, claim *sink.Cursor) (map[string]string, sink.Cursor, error) {
+func (s *Sink) State(ctx context.Context, inv sink.Inventory) (map[string]string, sink.Cursor, error) {
 	var cursor sink.Cursor
 	if err := checkInventory(inv); err != nil {
 		return nil, cursor, s.wrap("read state", err)
@@ -428,22 +428,8 @@ func (s *Sink) State(ctx context.Context, inv sink.Inventory, claim *sink.Cursor
 	if err := s.ensureTables(ctx, inv.Cluster); err != nil {
 		return nil, cursor, err
 	}
-	// A plain read is one snapshot. A claim holds the cursor row's lock
-	// from the fence on, which every writer of the inventory's rows takes
-	// first: the read after it, in a snapshot of its own (read committed),
-	// sees every batch that committed before the claim, and no other can
-	// commit until this transaction ends.
-	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
-	if claim != nil {
-		opts = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
-	}
 	hashes := map[string]string{}
-	err := pgx.BeginTxFunc(ctx, s.pool, opts, func(tx pgx.Tx) error {
-		if claim != nil {
-			if err := s.fence(ctx, tx, inv, *claim); err != nil {
-				return err
-			}
-		}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		err := tx.QueryRow(ctx, `SELECT "cursor", epoch FROM `+s.cursors+
 			` WHERE cluster = $1 AND inventory_namespace = $2 AND inventory_name = $3`,
 			inv.Cluster, inv.Namespace, inv.Name).Scan(&cursor.Position, &cursor.Epoch)

@@ -169,7 +169,7 @@ func countRows(t *testing.T, conn *pgx.Conn, schema, table string, inv sink.Inve
 
 func mustState(t *testing.T, s *Sink, inv sink.Inventory) (map[string]string, sink.Cursor) {
 	t.Helper()
-	hashes, cursor, err := s.State(testContext(t), inv, nil)
+	hashes, cursor, err := s.State(testContext(t), inv)
 	if err != nil {
 		t.Fatalf("State(%s: %s/%s): %v", inv.Cluster, inv.Namespace, inv.Name, err)
 	}
@@ -669,7 +669,7 @@ func TestErrorsHideCredentials(t *testing.T) {
 			} else {
 				defer func() { _ = s.Close() }()
 				errs = append(errs, s.Probe(ctx))
-				_, _, err := s.State(ctx, invA, nil)
+				_, _, err := s.State(ctx, invA)
 				errs = append(errs, err)
 				errs = append(errs, s.Apply(ctx, invA, []sink.Change{upsert(item("u", "h"))}, pos("c")))
 				errs = append(errs, s.Delete(ctx, invA, sink.Cursor{}))
