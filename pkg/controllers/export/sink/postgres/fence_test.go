@@ -3,11 +3,17 @@ package postgres
 import (
 	"errors"
 	"fmt"
+	"net/url"
 	"reflect"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
 )
 
@@ -116,4 +122,89 @@ func TestFencingConcurrent(t *testing.T) {
 		wantState(t, current, inv, want, sink.Cursor{Position: "c", Epoch: 2})
 	}
 	t.Logf("the stale leader was fenced in %d of %d rounds (it committed first in the others)", fenced, rounds)
+}
+
+// A batch from an older epoch that waits on the cursor row while a newer
+// epoch's transaction holds it is refused with ErrFenced, also when the
+// connection's default isolation is repeatable read (the DSN's options
+// may set it): Apply pins read committed. Under repeatable read the
+// fence failed with a serialization error instead, and the former leader
+// reported a failure where it should step down quietly.
+func TestFencedUnderRepeatableReadDefault(t *testing.T) {
+	conn := connect(t)
+	ctx := testContext(t)
+	schema := testSchema(t, conn)
+	const table = "items"
+	current := newSink(t, schema, table)
+	mustApply(t, current, invA, []sink.Change{upsert(item("u1", "h1"))}, sink.Cursor{Position: "p1", Epoch: 1})
+
+	u, err := url.Parse(testDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pgx reads %20, not +, as a space.
+	q := u.Query()
+	q.Set("options", "-c default_transaction_isolation=repeatable\\ read")
+	u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
+	if q := u.Query(); q.Get("options") == "" {
+		t.Fatal("no options in the DSN")
+	}
+	former, err := New(ctx, &v1alpha1.DatabaseSinkSpec{Type: v1alpha1.DatabaseSinkPostgres,
+		Postgres: &v1alpha1.PostgresSinkConfig{Schema: schema, Table: table}}, sink.Secret{"dsn": []byte(u.String())}, loopbackDialer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = former.Close() }()
+
+	// The new leader's batch holds the cursor row.
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := current.fence(ctx, tx, invA, sink.Cursor{Position: "p2", Epoch: 2}); err != nil {
+		t.Fatal(err)
+	}
+	refused := make(chan error, 1)
+	go func() {
+		refused <- former.Apply(ctx, invA, []sink.Change{upsert(item("u1", "stale"))}, sink.Cursor{Position: "p1b", Epoch: 1})
+	}()
+	select {
+	case err := <-refused:
+		t.Fatalf("the former leader's Apply returned before the new leader's batch committed: %v", err)
+	default:
+	}
+	waitLocked(t, conn, schema)
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-refused; !errors.Is(err, sink.ErrFenced) {
+		t.Errorf("the former leader's Apply behind the new leader's batch = %v, want ErrFenced", err)
+	}
+	wantState(t, current, invA, map[string]string{"u1": "h1"}, sink.Cursor{Position: "p2", Epoch: 2})
+}
+
+// waitLocked waits until a backend waits for a lock in the test's schema.
+func waitLocked(t *testing.T, conn *pgx.Conn, schema string) {
+	t.Helper()
+	pool, err := pgxpool.New(testContext(t), conn.Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for range 200 {
+		var waiting int
+		if err := pool.QueryRow(testContext(t), `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND position($1 in query) > 0`, schema).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			return
+		}
+		if t.Failed() {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("no backend waits for the cursor row's lock")
 }

@@ -470,7 +470,7 @@ func (s *Sink) Apply(ctx context.Context, inv sink.Inventory, changes []sink.Cha
 	if err := s.ensureTables(ctx, inv.Cluster); err != nil {
 		return err
 	}
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginTxFunc(ctx, s.pool, writeTx, func(tx pgx.Tx) error {
 		// The cursor first: it takes the row lock that fences the batch,
 		// and a refused batch costs no row work.
 		if err := s.fence(ctx, tx, inv, cursor); err != nil {
@@ -662,7 +662,7 @@ func (s *Sink) Delete(ctx context.Context, inv sink.Inventory, cursor sink.Curso
 	if err := s.ensureTables(ctx, inv.Cluster); err != nil {
 		return err
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginTxFunc(ctx, s.pool, writeTx, func(tx pgx.Tx) error {
 		// Fenced like Apply, and in its lock order. The cursor row stays,
 		// emptied, with the epoch: a former leader's batch that arrives
 		// after the cleanup is refused instead of bringing rows back.
@@ -678,6 +678,13 @@ func (s *Sink) Delete(ctx context.Context, inv sink.Inventory, cursor sink.Curso
 	}
 	return nil
 }
+
+// writeTx is the isolation every writing transaction runs at, whatever
+// the connection's default (a DSN's options may set another): the fence
+// relies on read committed, where a statement that waited for the cursor
+// row's lock sees the row its holder committed. Under repeatable read it
+// fails with a serialization error instead of ErrFenced.
+var writeTx = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 
 // fence stores the cursor unless the stored epoch is newer, holding the
 // cursor row's lock until the transaction ends; a newer stored epoch is
