@@ -457,8 +457,8 @@ func exported(it *sink.Item) *exportedItem {
 		UID: types.UID(it.UID), ResourceVersion: it.ResourceVersion}, item: it, key: key, digest: sink.DigestOf(key, it.Hash)}
 }
 
-// exported is the entry's item, nil for no entry.
-func (e *exportedItem) exported() *sink.Item {
+// itemOrNil is the entry's item, nil for no entry.
+func (e *exportedItem) itemOrNil() *sink.Item {
 	if e == nil {
 		return nil
 	}
@@ -526,13 +526,6 @@ func inventoryChanged(old, obj metav1.Object) bool {
 
 // itemHandler applies item events to the views that include the item.
 func (c *Controller) itemHandler() cache.ResourceEventHandlerFuncs {
-	convert := func(obj any) (*sink.Item, bool) {
-		e, ok := unwrap(obj).(*exportedItem)
-		if !ok {
-			return nil, false
-		}
-		return e.item, true
-	}
 	upsert := func(obj any) {
 		e, ok := unwrap(obj).(*exportedItem)
 		if !ok {
@@ -551,10 +544,11 @@ func (c *Controller) itemHandler() cache.ResourceEventHandlerFuncs {
 		AddFunc:    upsert,
 		UpdateFunc: func(_, obj any) { upsert(obj) },
 		DeleteFunc: func(obj any) {
-			it, ok := convert(obj)
+			e, ok := unwrap(obj).(*exportedItem)
 			if !ok {
 				return
 			}
+			it := e.item
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			for _, s := range c.byNamespace[it.Namespace] {
@@ -736,12 +730,12 @@ func specOf(obj metav1.Object) (*inventorySpec, error) {
 		addRefs(v1alpha1.SinkFamilyEvent, o.Spec.EventSinkRefs, o.Namespace)
 		ls := o.Spec.TargetSelector
 		out.selector = sync.OnceValues(func() (func(string, map[string]string) bool, error) {
-			sel := labels.Everything()
-			if ls != nil {
-				var err error
-				if sel, err = metav1.LabelSelectorAsSelector(ls); err != nil {
-					return nil, err
-				}
+			sel, err := parseSelector(ls)
+			if err != nil {
+				return nil, err
+			}
+			if sel == nil {
+				sel = labels.Everything()
 			}
 			return func(_ string, l map[string]string) bool { return sel.Matches(labels.Set(l)) }, nil
 		})
@@ -761,12 +755,9 @@ func specOf(obj metav1.Object) (*inventorySpec, error) {
 		}
 		ls := o.Spec.TargetSelector
 		out.selector = sync.OnceValues(func() (func(string, map[string]string) bool, error) {
-			var sel labels.Selector
-			if ls != nil {
-				var err error
-				if sel, err = metav1.LabelSelectorAsSelector(ls); err != nil {
-					return nil, err
-				}
+			sel, err := parseSelector(ls)
+			if err != nil {
+				return nil, err
 			}
 			all := len(names) == 0 && sel == nil
 			return func(name string, l map[string]string) bool {
@@ -777,6 +768,14 @@ func specOf(obj metav1.Object) (*inventorySpec, error) {
 		return nil, fmt.Errorf("unexpected inventory type %T", obj)
 	}
 	return out, nil
+}
+
+// parseSelector parses a target selector; nil when there is none.
+func parseSelector(ls *metav1.LabelSelector) (labels.Selector, error) {
+	if ls == nil {
+		return nil, nil
+	}
+	return metav1.LabelSelectorAsSelector(ls)
 }
 
 // processInventory reconciles one inventory from the queue.
@@ -1016,14 +1015,19 @@ func (c *Controller) selectedTargets(key invKey, spec *inventorySpec) (map[strin
 	if err != nil {
 		return nil, err
 	}
-	var list []metav1.Object
+	selected := map[string]bool{}
+	add := func(t metav1.Object) {
+		if selects(t.GetName(), t.GetLabels()) {
+			selected[t.GetName()] = true
+		}
+	}
 	if key.Cluster {
 		targets, err := c.clusterTargets.List(labels.Everything())
 		if err != nil {
 			return nil, err
 		}
 		for _, t := range targets {
-			list = append(list, t)
+			add(t)
 		}
 	} else {
 		targets, err := c.targets.Targets(key.Namespace).List(labels.Everything())
@@ -1031,13 +1035,7 @@ func (c *Controller) selectedTargets(key invKey, spec *inventorySpec) (map[strin
 			return nil, err
 		}
 		for _, t := range targets {
-			list = append(list, t)
-		}
-	}
-	selected := map[string]bool{}
-	for _, t := range list {
-		if selects(t.GetName(), t.GetLabels()) {
-			selected[t.GetName()] = true
+			add(t)
 		}
 	}
 	return selected, nil

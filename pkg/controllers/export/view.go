@@ -47,14 +47,14 @@ func (v *view) upsert(e *exportedItem) {
 	defer v.mu.Unlock()
 	old := v.items[e.key]
 	v.items[e.key] = e
-	if !material(old.exported(), e.item) {
+	if !material(old.itemOrNil(), e.item) {
 		return
 	}
 	if old != nil {
 		v.checksum.RemoveDigest(old.digest)
 	}
 	v.checksum.AddDigest(e.digest)
-	v.notifyLocked(e.key, old.exported(), "")
+	v.notifyLocked(e.key, old.itemOrNil(), "")
 }
 
 // remove deletes an item; last is its final state (the delete event's
@@ -107,12 +107,12 @@ func (v *view) replace(items map[string]*exportedItem) {
 	for key, e := range items {
 		old := v.items[key]
 		v.items[key] = e
-		if material(old.exported(), e.item) {
+		if material(old.itemOrNil(), e.item) {
 			if old != nil {
 				v.checksum.RemoveDigest(old.digest)
 			}
 			v.checksum.AddDigest(e.digest)
-			v.notifyLocked(key, old.exported(), "")
+			v.notifyLocked(key, old.itemOrNil(), "")
 			changed = true
 		}
 	}
@@ -235,7 +235,7 @@ func (s *subscription) take(full bool) *batch {
 	} else {
 		sorted = make([]keyedItem, 0, len(b.owed))
 		for key := range b.owed {
-			sorted = append(sorted, keyedItem{key, s.v.items[key].exported()})
+			sorted = append(sorted, keyedItem{key, s.v.items[key].itemOrNil()})
 		}
 	}
 	s.v.mu.Unlock()
