@@ -70,15 +70,15 @@ func BenchmarkCollection(b *testing.B) {
 	}
 	// Creating and syncing take about 2 ms an object on 2 cores: past the
 	// default sizes, the deadline grows with them.
-	total := 0
+	all := 0
 	var args []string
 	for _, n := range sizes {
-		total += n
-		if n > defaultMaxItems {
+		all += n
+		if int64(n) > tenancy.DefaultQuotas.MaxItems {
 			args = []string{"--default-max-items=0"}
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute+time.Duration(max(total-110_000, 0))*3*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Minute+time.Duration(max(all-110_000, 0))*3*time.Millisecond)
 	defer cancel()
 	env, err := collectenv.Start(ctx, collectenv.Options{Log: os.Stderr, KollectArgs: args})
 	if err != nil {
@@ -105,7 +105,7 @@ func BenchmarkCollection(b *testing.B) {
 		{name: "kube-apiserver's etcd", pid: env.Cluster.Etcd().Pid()},
 	}
 
-	total = 0
+	total := 0
 	var lastNS string
 	for _, n := range sizes {
 		ns := fmt.Sprintf("bench-collect-%d", n)
@@ -247,10 +247,6 @@ func BenchmarkCollection(b *testing.B) {
 	tw.Flush()
 	failed = false
 }
-
-// defaultMaxItems is the items quota of a namespace without a Scope
-// (--default-max-items).
-var defaultMaxItems = int(tenancy.DefaultQuotas.MaxItems)
 
 type syncFigures struct {
 	n       int
