@@ -52,6 +52,7 @@ import (
 	"kollect.dev/kollect/pkg/controllers/extract"
 	"kollect.dev/kollect/pkg/controllers/informers"
 	"kollect.dev/kollect/pkg/controllers/metrics"
+	"kollect.dev/kollect/pkg/controllers/source"
 	"kollect.dev/kollect/pkg/expression"
 	"kollect.dev/kollect/pkg/generated/clientset/versioned"
 	kollectinformers "kollect.dev/kollect/pkg/generated/informers/externalversions"
@@ -148,10 +149,11 @@ type Collector struct {
 	cfg     Config
 	workers int
 
-	kube    kubernetes.Interface
-	dynamic dynamic.Interface
-	kollect versioned.Interface
-	mapper  *restmapper.DeferredDiscoveryRESTMapper
+	kube kubernetes.Interface
+	// hostJSON reads the collected kinds as JSON (source.ListWatch).
+	hostJSON rest.Interface
+	kollect  versioned.Interface
+	mapper   *restmapper.DeferredDiscoveryRESTMapper
 
 	mapperMu    sync.Mutex
 	mapperReset time.Time
@@ -252,7 +254,7 @@ type targetConfig struct {
 	// writes); labelsKey is their canonical string.
 	labels    map[string]string
 	labelsKey string
-	// fields is what extraction reads of objects (profileFields).
+	// fields is what extraction reads of objects (source.ProfileFields).
 	fields string
 }
 
@@ -278,7 +280,7 @@ func New(cfg Config) (*Collector, error) {
 	if err != nil {
 		return nil, err
 	}
-	dyn, err := dynamic.NewForConfig(host)
+	hostJSON, err := rest.UnversionedRESTClientFor(dynamic.ConfigFor(host))
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +295,7 @@ func New(cfg Config) (*Collector, error) {
 		cfg:       cfg,
 		workers:   workers,
 		kube:      kube,
-		dynamic:   dyn,
+		hostJSON:  hostJSON,
 		kollect:   kc,
 		mapper:    restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery())),
 		state:     map[targetKey]*target{},
@@ -707,12 +709,12 @@ func (c *Collector) syncTarget(ctx context.Context, key targetKey) error {
 		c.clearOverQuotaLocked(t)
 		t.cfg, t.reason, t.lastError = nil, "", ""
 	default:
-		need := informerShape{keepManagedFields: cfg.extractor.KeepsManagedFields(), keepLastApplied: cfg.extractor.KeepsLastApplied(), fields: cfg.fields}
+		need := source.Shape{KeepManagedFields: cfg.extractor.KeepsManagedFields(), KeepLastApplied: cfg.extractor.KeepsLastApplied(), Fields: cfg.fields}
 		if cfg.namespaced {
 			if !key.Cluster {
-				need.namespace = key.Namespace
+				need.Namespace = key.Namespace
 			} else if len(v.include) == 1 {
-				need.namespace = v.include[0]
+				need.Namespace = v.include[0]
 			}
 		}
 		t.cfg, t.reason, t.kindRetry = cfg, "", 0
@@ -800,7 +802,7 @@ func (c *Collector) configure(v *view, prev *targetConfig) (cfg *targetConfig, r
 		profile:     v.profile,
 		fingerprint: fingerprint,
 		extractor:   ext,
-		fields:      profileFields(p),
+		fields:      source.ProfileFields(p),
 		gvk:         gvk,
 		gvr:         mapping.Resource,
 		namespaced:  namespaced,
@@ -895,8 +897,8 @@ func (c *Collector) walk(key targetKey, namespace string, full bool) {
 		objs = indexer.List()
 	}
 	for _, o := range objs {
-		if obj, ok := o.(*cachedObject); ok && c.matches(key, cfg, obj) {
-			c.objectQueue.Add(objectKey{target: key, namespace: obj.Namespace(), name: obj.name}.queued())
+		if obj, ok := o.(*source.Object); ok && c.matches(key, cfg, obj) {
+			c.objectQueue.Add(objectKey{target: key, namespace: obj.Namespace(), name: obj.Name()}.queued())
 		}
 	}
 	// The queue de-duplicates: objects both matched and indexed run once.
@@ -956,7 +958,7 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) (err error) {
 	if err != nil {
 		return err
 	}
-	obj, _ := raw.(*cachedObject)
+	obj, _ := raw.(*source.Object)
 	if !exists || obj == nil || !c.matches(k.target, cfg, obj) {
 		c.setFailure(t, objKey, nil)
 		c.setOverQuota(t, objKey, 0)
@@ -985,7 +987,7 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) (err error) {
 		}
 	}
 	var content extract.Content
-	object, err := obj.Object()
+	object, err := obj.Decode()
 	if err == nil {
 		content, err = cfg.extractor.Extract(ctx, object)
 	}

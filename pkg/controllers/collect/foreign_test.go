@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"sort"
 	"sync"
@@ -29,6 +30,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/extract"
+	"kollect.dev/kollect/pkg/controllers/source"
 	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
@@ -113,24 +115,24 @@ func foreignFixture(t *testing.T) (*Collector, *target, *fakeItems, objectKey, s
 	cfg.labels = itemLabels(key, cfg)
 	cfg.labelsKey = labelsKey(cfg.labels)
 
-	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &unstructured.Unstructured{}, 0, cache.Indexers{cache.NamespaceIndex: namespaceIndex})
-	cm := func(value, rv string) *cachedObject {
+	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &source.Object{}, 0, cache.Indexers{cache.NamespaceIndex: source.NamespaceIndex})
+	cm := func(value, rv string) *source.Object {
 		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 			"metadata": map[string]any{"namespace": "ns", "name": "cm-a", "uid": "uid-a", "resourceVersion": rv},
 			"data":     map[string]any{"value": value}}}
-		return compact(u, nil).(*cachedObject)
+		return objectOf(t, u)
 	}
 	old := cm("old", "1")
 	if err := inf.GetIndexer().Add(cm("new", "2")); err != nil {
 		t.Fatal(err)
 	}
-	gi := &gvrInformer{informer: inf, users: map[targetKey]informerShape{}}
+	gi := &gvrInformer{informer: inf, users: map[targetKey]source.Shape{}}
 	gi.synced.Store(true)
 
 	c.mu.Lock()
 	tg := c.stateLocked(key)
 	tg.cfg, tg.informer = cfg, gi
-	obj, _ := old.Object()
+	obj, _ := old.Decode()
 	content, err := ext.Extract(context.Background(), obj)
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +232,7 @@ func configMap(t *testing.T, tg *target, name, uid, value string) string {
 	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"namespace": "ns", "name": name, "uid": uid, "resourceVersion": "5"},
 		"data":     map[string]any{"value": value}}}
-	obj := compact(u, nil).(*cachedObject)
+	obj := objectOf(t, u)
 	if err := tg.informer.informer.GetIndexer().Add(obj); err != nil {
 		t.Fatal(err)
 	}
@@ -514,7 +516,7 @@ func TestForeignDeleteOfFailingObjectIsRepairedLater(t *testing.T) {
 	// cm-a loses data.value: extraction fails, the item is kept.
 	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"namespace": "ns", "name": "cm-a", "uid": "uid-a", "resourceVersion": "3"}}}
-	if err := tg.informer.informer.GetIndexer().Update(compact(u, nil)); err != nil {
+	if err := tg.informer.informer.GetIndexer().Update(objectOf(t, u)); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.syncObject(ctx, k); err != nil {
@@ -544,7 +546,7 @@ func TestForeignDeleteOfFailingObjectIsRepairedLater(t *testing.T) {
 	}
 	// cm-a extracts again: its item is written back.
 	u.Object["data"] = map[string]any{"value": "new"}
-	if err := tg.informer.informer.GetIndexer().Update(compact(u, nil)); err != nil {
+	if err := tg.informer.informer.GetIndexer().Update(objectOf(t, u)); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.syncObject(ctx, k); err != nil {
@@ -645,4 +647,18 @@ func fillQuotaOfOne(t *testing.T, c *Collector, tg *target, k objectKey) {
 	if err := c.syncObject(context.Background(), k); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// objectOf is the informer's object of u.
+func objectOf(t *testing.T, u *unstructured.Unstructured) *source.Object {
+	t.Helper()
+	data, err := json.Marshal(u.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := source.Decode(data, source.Shape{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
 }

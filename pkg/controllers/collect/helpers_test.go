@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
@@ -81,43 +80,6 @@ func TestNamespaceSelection(t *testing.T) {
 	v.labelSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Bogus"}}}
 	if _, err := newSelection(v, nil); err == nil {
 		t.Error("an invalid selector compiles")
-	}
-}
-
-func TestCombine(t *testing.T) {
-	a := targetKey{Namespace: "a", Name: "1"}
-	b := targetKey{Namespace: "b", Name: "2"}
-	c := targetKey{Namespace: "a", Name: "3"}
-	if got := combine(map[targetKey]informerShape{a: {namespace: "a"}, c: {namespace: "a", keepLastApplied: true}}); got != (informerShape{namespace: "a", keepLastApplied: true}) {
-		t.Errorf("same namespace: %+v", got)
-	}
-	if got := combine(map[targetKey]informerShape{a: {namespace: "a"}, b: {namespace: "b", keepManagedFields: true}}); got != (informerShape{keepManagedFields: true}) {
-		t.Errorf("two namespaces: %+v", got)
-	}
-}
-
-func TestTransform(t *testing.T) {
-	obj := func() *unstructured.Unstructured {
-		return &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{
-			"name":          "x",
-			"managedFields": []any{"m"},
-			"annotations":   map[string]any{"kubectl.kubernetes.io/last-applied-configuration": "{}"},
-		}}}
-	}
-	out, _ := transform(informerShape{})(obj())
-	meta := out.(*unstructured.Unstructured).Object["metadata"].(map[string]any)
-	if _, ok := meta["managedFields"]; ok {
-		t.Error("managedFields kept")
-	}
-	if _, ok := meta["annotations"]; ok {
-		t.Error("last-applied kept")
-	}
-	out, _ = transform(informerShape{keepManagedFields: true, keepLastApplied: true})(obj())
-	if len(out.(*unstructured.Unstructured).Object["metadata"].(map[string]any)) != 3 {
-		t.Error("kept metadata dropped")
-	}
-	if out, _ := transform(informerShape{})("not an object"); out != "not an object" {
-		t.Error("non-objects must pass through")
 	}
 }
 

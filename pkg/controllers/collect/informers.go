@@ -8,53 +8,21 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"kollect.dev/kollect/pkg/controllers/extract"
 	"kollect.dev/kollect/pkg/controllers/metrics"
+	"kollect.dev/kollect/pkg/controllers/source"
 )
-
-// informerShape is what an informer keeps: the namespace it lists ("" for
-// all), which noisy metadata survives its transform, and which fields of
-// objects (profileFields; "" for all).
-type informerShape struct {
-	namespace         string
-	keepManagedFields bool
-	keepLastApplied   bool
-	fields            string
-}
-
-// combine is the smallest shape that serves every user: one namespace only
-// when all agree on it, and any metadata one of them needs.
-func combine(needs map[targetKey]informerShape) informerShape {
-	var out informerShape
-	first := true
-	for _, n := range needs {
-		if first {
-			out.namespace, out.fields, first = n.namespace, n.fields, false
-		} else {
-			if out.namespace != n.namespace {
-				out.namespace = ""
-			}
-			out.fields = unionFields(out.fields, n.fields)
-		}
-		out.keepManagedFields = out.keepManagedFields || n.keepManagedFields
-		out.keepLastApplied = out.keepLastApplied || n.keepLastApplied
-	}
-	return out
-}
 
 // gvrInformer is the one dynamic informer of a resource, shared by every
 // target collecting it. Its users and shape are guarded by Collector.mu.
 type gvrInformer struct {
 	gvr      schema.GroupVersionResource
 	label    string // "group/version/resource" for metrics
-	shape    informerShape
-	users    map[targetKey]informerShape
+	shape    source.Shape
+	users    map[targetKey]source.Shape
 	informer cache.SharedIndexInformer
 	cancel   context.CancelFunc
 
@@ -69,18 +37,18 @@ type gvrInformer struct {
 // useInformer makes key a user of gvr with the given needs and returns the
 // informer, starting it, or restarting it when its shape must change. The
 // caller holds c.mu.
-func (c *Collector) useInformerLocked(t *target, gvr schema.GroupVersionResource, need informerShape) *gvrInformer {
+func (c *Collector) useInformerLocked(t *target, gvr schema.GroupVersionResource, need source.Shape) *gvrInformer {
 	if t.informer != nil && t.informer.gvr != gvr {
 		c.releaseInformerLocked(t)
 	}
 	e := c.informers[gvr]
 	if e == nil {
-		e = &gvrInformer{gvr: gvr, users: map[targetKey]informerShape{}}
+		e = &gvrInformer{gvr: gvr, users: map[targetKey]source.Shape{}}
 	} else if e.users[t.key] == need && t.informer == e {
 		return e
 	}
 	e.users[t.key] = need
-	if shape := combine(e.users); e.informer == nil || shape != e.shape {
+	if shape := source.Combine(e.users); e.informer == nil || shape != e.shape {
 		e = c.restartInformerLocked(e, shape)
 	}
 	t.informer = e
@@ -101,7 +69,7 @@ func (c *Collector) releaseInformerLocked(t *target) {
 		delete(c.informers, e.gvr)
 		return
 	}
-	if shape := combine(e.users); shape != e.shape {
+	if shape := source.Combine(e.users); shape != e.shape {
 		c.restartInformerLocked(e, shape)
 	}
 }
@@ -109,7 +77,7 @@ func (c *Collector) releaseInformerLocked(t *target) {
 // restartInformerLocked replaces an informer by one of another shape (or
 // starts the first one) and points every user at it. Users walk again once
 // it has synced.
-func (c *Collector) restartInformerLocked(old *gvrInformer, shape informerShape) *gvrInformer {
+func (c *Collector) restartInformerLocked(old *gvrInformer, shape source.Shape) *gvrInformer {
 	if old.informer != nil {
 		c.stopInformerLocked(old)
 	}
@@ -135,13 +103,8 @@ func (c *Collector) stopInformerLocked(e *gvrInformer) {
 func (c *Collector) startInformerLocked(e *gvrInformer) {
 	ctx, cancel := context.WithCancel(c.runCtx)
 	e.cancel = cancel
-	inf := dynamicinformer.NewFilteredDynamicInformer(c.dynamic, e.gvr, e.shape.namespace, 0,
-		cache.Indexers{cache.NamespaceIndex: namespaceIndex}, nil).Informer()
-	prune, fields := transform(e.shape), newFieldTree(e.shape.fields)
-	_ = inf.SetTransform(func(obj any) (any, error) {
-		obj, err := prune(obj)
-		return compact(obj, fields), err
-	})
+	inf := cache.NewSharedIndexInformer(source.NewListWatch(c.hostJSON, e.gvr, e.shape), &source.Object{}, 0,
+		cache.Indexers{cache.NamespaceIndex: source.NamespaceIndex})
 	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		cache.DefaultWatchErrorHandler(ctx, r, err)
 		if apierrors.IsNotFound(err) && e.gone.CompareAndSwap(false, true) {
@@ -166,9 +129,9 @@ func (c *Collector) startInformerLocked(e *gvrInformer) {
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.objectEvent(e, obj) },
 		UpdateFunc: func(oldObj, newObj any) {
-			o, ok1 := oldObj.(*cachedObject)
-			n, ok2 := newObj.(*cachedObject)
-			if ok1 && ok2 && o.resourceVersion == n.resourceVersion {
+			o, ok1 := oldObj.(*source.Object)
+			n, ok2 := newObj.(*source.Object)
+			if ok1 && ok2 && o.ResourceVersion() == n.ResourceVersion() {
 				return
 			}
 			c.objectEvent(e, newObj)
@@ -177,7 +140,7 @@ func (c *Collector) startInformerLocked(e *gvrInformer) {
 	})
 	e.informer = inf
 	metrics.Informers.Inc()
-	klog.FromContext(ctx).V(2).Info("Starting informer", "resource", e.label, "namespace", e.shape.namespace)
+	klog.FromContext(ctx).V(2).Info("Starting informer", "resource", e.label, "namespace", e.shape.Namespace)
 	go inf.RunWithContext(ctx)
 	go func() {
 		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
@@ -209,39 +172,11 @@ func (c *Collector) enqueueUsers(e *gvrInformer, statusOnly bool) {
 	}
 }
 
-// transform drops from cached objects what no user needs: managedFields and
-// the last-applied annotation (a full copy of the object, Secret values
-// included) unless a Resource-mode profile keeps them.
-func transform(shape informerShape) cache.TransformFunc {
-	return func(obj any) (any, error) {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			return obj, nil
-		}
-		meta, ok := u.Object["metadata"].(map[string]any)
-		if !ok {
-			return obj, nil
-		}
-		if !shape.keepManagedFields {
-			delete(meta, "managedFields")
-		}
-		if !shape.keepLastApplied {
-			if annotations, ok := meta["annotations"].(map[string]any); ok {
-				delete(annotations, extract.LastAppliedAnnotation)
-				if len(annotations) == 0 {
-					delete(meta, "annotations")
-				}
-			}
-		}
-		return u, nil
-	}
-}
-
 // objectEvent queues (target, object) for every user of the informer that
 // may collect the object.
 func (c *Collector) objectEvent(e *gvrInformer, obj any) {
 	metrics.CollectEvents.WithLabelValues(e.label).Inc()
-	ns, name, ok := objectName(obj)
+	ns, name, ok := source.NameOf(obj)
 	if !ok {
 		return
 	}

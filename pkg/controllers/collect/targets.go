@@ -13,6 +13,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/finalizers"
+	"kollect.dev/kollect/pkg/controllers/source"
 	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
@@ -205,7 +206,7 @@ func watchedValue(objLabel string, nsLabels map[string]string) bool {
 }
 
 // matches says whether a target collects an object.
-func (c *Collector) matches(key targetKey, cfg *targetConfig, obj *cachedObject) bool {
+func (c *Collector) matches(key targetKey, cfg *targetConfig, obj *source.Object) bool {
 	var nsLabels map[string]string
 	if cfg.namespaced {
 		ns := obj.Namespace()
@@ -224,13 +225,13 @@ func (c *Collector) matches(key targetKey, cfg *targetConfig, obj *cachedObject)
 			return false
 		}
 	}
-	if cfg.sel.names.Len() > 0 && !cfg.sel.names.Has(obj.name) {
+	if cfg.sel.names.Len() > 0 && !cfg.sel.names.Has(obj.Name()) {
 		return false
 	}
-	if !cfg.sel.objects.Matches(obj.labels) {
+	if !cfg.sel.objects.Matches(obj.Labels()) {
 		return false
 	}
-	return watchedValue(obj.labels.Get(labelWatch), nsLabels)
+	return watchedValue(obj.Labels().Get(labelWatch), nsLabels)
 }
 
 // matchedNamespaces lists, sorted, the namespaces a ClusterTarget collects from.

@@ -1,4 +1,4 @@
-package collect
+package source
 
 import (
 	"encoding/json"
@@ -11,7 +11,6 @@ import (
 	"github.com/google/cel-go/common/operators"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/ext"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/util/jsonpath"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
@@ -35,8 +34,9 @@ type fieldPath []string
 // Secrets collected by mistake.
 var alwaysKept = []fieldPath{{"apiVersion"}, {"kind"}}
 
-// profileFields is what extraction with a Profile reads of objects.
-func profileFields(p *v1alpha1.Profile) string {
+// ProfileFields is what extraction with a Profile reads of objects, as a
+// Shape's Fields.
+func ProfileFields(p *v1alpha1.Profile) string {
 	if p.Spec.Export.Mode != v1alpha1.ExportModeAttributes && p.Spec.Export.Mode != "" {
 		return "" // Resource mode keeps the object
 	}
@@ -231,25 +231,4 @@ func newFieldTree(fields string) fieldTree {
 		}
 	}
 	return root
-}
-
-// keep trims an object to the tree, in place; a nil tree keeps it whole.
-// Values that are not maps are kept whole: lists are not trimmed.
-func (t fieldTree) keep(u *unstructured.Unstructured) {
-	if t != nil {
-		t.trim(u.Object)
-	}
-}
-
-func (t fieldTree) trim(m map[string]any) {
-	for key, value := range m {
-		sub, ok := t[key]
-		if !ok {
-			delete(m, key)
-			continue
-		}
-		if child, isMap := value.(map[string]any); isMap && len(sub) > 0 {
-			sub.trim(child)
-		}
-	}
 }

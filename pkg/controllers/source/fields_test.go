@@ -1,4 +1,4 @@
-package collect
+package source
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
@@ -121,10 +120,10 @@ func TestFieldsKeepExtraction(t *testing.T) {
 // first, then trimmed to the Profile's fields.
 func checkTrimmed(t *testing.T, p *v1alpha1.Profile, e *extract.Extractor, data string) {
 	t.Helper()
-	shape := informerShape{keepManagedFields: e.KeepsManagedFields(), keepLastApplied: e.KeepsLastApplied(), fields: profileFields(p)}
-	whole, _ := transform(shape)(decodeJSON(t, data))
-	want := extracted(t, e, runtime.DeepCopyJSON(whole.(*unstructured.Unstructured).Object))
-	trimmed, err := compact(whole, newFieldTree(shape.fields)).(*cachedObject).Object()
+	shape := Shape{KeepManagedFields: e.KeepsManagedFields(), KeepLastApplied: e.KeepsLastApplied(), Fields: ProfileFields(p)}
+	whole := referenceTransform(shape, decodeJSON(t, data))
+	want := extracted(t, e, runtime.DeepCopyJSON(whole.Object))
+	trimmed, err := decodeObject(t, data, shape).Decode()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +132,7 @@ func checkTrimmed(t *testing.T, p *v1alpha1.Profile, e *extract.Extractor, data 
 		for _, a := range p.Spec.Attributes {
 			paths = append(paths, a.Path)
 		}
-		t.Errorf("%q on %s (fields %s):\n got %s\nwant %s", paths, data, shape.fields, got, want)
+		t.Errorf("%q on %s (fields %s):\n got %s\nwant %s", paths, data, shape.Fields, got, want)
 	}
 }
 
@@ -154,13 +153,13 @@ func TestProfileFields(t *testing.T) {
 		{[]string{"cel:object"}, ""},
 		{[]string{"{.metadata.name}", "cel:object"}, ""},
 	} {
-		if got := profileFields(profileOf(tc.paths...)); got != tc.want {
+		if got := ProfileFields(profileOf(tc.paths...)); got != tc.want {
 			t.Errorf("%v: %s, want %s", tc.paths, got, tc.want)
 		}
 	}
 	resource := profileOf("{.metadata.name}")
 	resource.Spec.Export.Mode = v1alpha1.ExportModeResource
-	if got := profileFields(resource); got != "" {
+	if got := ProfileFields(resource); got != "" {
 		t.Errorf("Resource mode: %s", got)
 	}
 }
@@ -174,14 +173,16 @@ func TestUnionFields(t *testing.T) {
 	if unionFields(a, "") != "" || unionFields("", b) != "" {
 		t.Error("the whole object and anything is the whole object")
 	}
-	if got := combine(map[targetKey]informerShape{{Name: "1"}: {fields: a}, {Name: "2"}: {fields: b}}); got.fields != unionFields(a, b) {
+	if got := Combine(map[string]Shape{"1": {Fields: a}, "2": {Fields: b}}); got.Fields != unionFields(a, b) {
 		t.Errorf("combine: %+v", got)
 	}
 }
 
 func TestFieldTreeKeep(t *testing.T) {
-	u := decodeJSON(t, fieldObjects[1])
-	newFieldTree(profileFields(profileOf("{.spec.template.spec.containers[*].image}", "cel:object.metadata.name"))).keep(u)
+	kept, err := decodeObject(t, fieldObjects[1], Shape{Fields: ProfileFields(profileOf("{.spec.template.spec.containers[*].image}", "cel:object.metadata.name"))}).Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var keys []string
 	var walk func(prefix string, v any)
 	walk = func(prefix string, v any) {
@@ -194,28 +195,30 @@ func TestFieldTreeKeep(t *testing.T) {
 			walk(prefix+"/"+k, child)
 		}
 	}
-	walk("", u.Object)
+	walk("", kept)
 	slices.Sort(keys)
 	if got, want := strings.Join(keys, " "), "/apiVersion /kind /metadata/name /spec/template/spec/containers"; got != want {
 		t.Errorf("kept %s, want %s", got, want)
 	}
-	whole := decodeJSON(t, fieldObjects[1])
-	newFieldTree("").keep(whole)
-	if !reflect.DeepEqual(whole, decodeJSON(t, fieldObjects[1])) {
+	whole, err := decodeObject(t, fieldObjects[1], Shape{}).Decode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(whole, decodeJSON(t, fieldObjects[1]).Object) {
 		t.Error("the whole object must be kept as is")
 	}
 }
 
-// TestCompactTrimmedMeta: matching and the item's source read the metadata
-// of the whole object, whatever extraction keeps.
-func TestCompactTrimmedMeta(t *testing.T) {
+// TestTrimmedMeta: matching and the item's source read the metadata of the
+// whole object, whatever extraction keeps.
+func TestTrimmedMeta(t *testing.T) {
 	u := decodeJSON(t, fieldObjects[0])
 	want := extract.SourceOf(u)
-	o := compact(u, newFieldTree(profileFields(profileOf("{.data.value}")))).(*cachedObject)
+	o := decodeObject(t, fieldObjects[0], Shape{Fields: ProfileFields(profileOf("{.data.value}"))})
 	if o.Source() != want || o.labels.Get("app") != "web" || o.Namespace() != "ns" {
 		t.Errorf("metadata lost: %+v", o)
 	}
-	obj, err := o.Object()
+	obj, err := o.Decode()
 	if err != nil {
 		t.Fatal(err)
 	}
