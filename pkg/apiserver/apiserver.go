@@ -5,6 +5,7 @@ package apiserver
 import (
 	"fmt"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -17,6 +18,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/install"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/itemstore"
 	"kollect.dev/kollect/pkg/registry/kollect/clusterinventory"
 	"kollect.dev/kollect/pkg/registry/kollect/clusterinventoryitem"
 	"kollect.dev/kollect/pkg/registry/kollect/clusterscope"
@@ -83,10 +85,10 @@ func (c *Config) Complete() CompletedConfig {
 // Server is a running kollect-apiserver.
 type Server struct {
 	GenericAPIServer *genericapiserver.GenericAPIServer
-	// Items and ClusterItems are the in-process write paths of the
-	// read-only item kinds, for the collector.
-	Items        *inventoryitem.Writer
-	ClusterItems *clusterinventoryitem.Writer
+	// Items and ClusterItems are where the collector keeps the read-only
+	// item kinds: the registry's etcd, under its keys.
+	Items        *itemstore.Store
+	ClusterItems *itemstore.Store
 	// SinkExports writes the exporters' status entries in process.
 	SinkExports *common.SinkExportWriter
 	// FirstEntries is where the export controller, while it runs, gives
@@ -137,6 +139,35 @@ func (s withoutProtobuf) SupportedMediaTypes() []runtime.SerializerInfo {
 		}
 	}
 	return out
+}
+
+// itemStores opens the collector's stores of both item kinds, on one etcd
+// client of the registry's etcd, closed when the server shuts down.
+func (s *Server) itemStores(getter generic.RESTOptionsGetter) (*itemstore.Store, *itemstore.Store, error) {
+	var client *clientv3.Client
+	var stores []*itemstore.Store
+	for _, k := range []struct {
+		kind    itemstore.Kind
+		example runtime.Object
+	}{{itemstore.InventoryItems, &kollect.InventoryItem{}}, {itemstore.ClusterInventoryItems, &kollect.ClusterInventoryItem{}}} {
+		opts, err := getter.GetRESTOptions(k.kind.Resource, k.example)
+		if err != nil {
+			return nil, nil, err
+		}
+		if client == nil {
+			if client, err = itemstore.NewClient(opts.StorageConfig.Transport); err != nil {
+				return nil, nil, fmt.Errorf("the items' etcd client: %w", err)
+			}
+			s.GenericAPIServer.AddPreShutdownHookOrDie("kollect-item-stores", client.Close)
+		}
+		store, err := itemstore.New(itemstore.Config{Kind: k.kind, Client: client, Prefix: opts.StorageConfig.Prefix,
+			ResourcePrefix: opts.ResourcePrefix, Codec: opts.StorageConfig.Codec, Transformer: opts.StorageConfig.Transformer})
+		if err != nil {
+			return nil, nil, err
+		}
+		stores = append(stores, store)
+	}
+	return stores[0], stores[1], nil
 }
 
 // withStatus is the constructor shape of kinds with a status subresource.
@@ -207,17 +238,19 @@ func (s *Server) buildStorage(getter generic.RESTOptionsGetter, opts common.Opti
 		v1alpha1.SinkFamilyEvent:    storage["eventsinks"].(rest.Getter),
 	})
 
-	items, itemWriter, err := inventoryitem.NewREST(Scheme, getter, opts)
+	items, err := inventoryitem.NewREST(Scheme, getter, opts)
 	if err != nil {
 		return nil, err
 	}
 	storage["inventoryitems"] = items
-	clusterItems, clusterItemWriter, err := clusterinventoryitem.NewREST(Scheme, getter, opts)
+	clusterItems, err := clusterinventoryitem.NewREST(Scheme, getter, opts)
 	if err != nil {
 		return nil, err
 	}
 	storage["clusterinventoryitems"] = clusterItems
-	s.Items, s.ClusterItems = itemWriter, clusterItemWriter
+	if s.Items, s.ClusterItems, err = s.itemStores(getter); err != nil {
+		return nil, err
+	}
 	if s.ListWatches, err = newListWatches(storage); err != nil {
 		return nil, err
 	}

@@ -15,11 +15,12 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apiserver/testserver"
+	"kollect.dev/kollect/pkg/itemstore"
 )
 
-// TestItemsReadOnlyOverHTTP shows that the collector's in-process writer
-// creates, updates and deletes items that users can get, list and watch,
-// while every write over HTTP is refused with 405.
+// TestItemsReadOnlyOverHTTP shows that the collector's item store creates,
+// updates and deletes items that users can get, list and watch through
+// the registry, while every write over HTTP is refused with 405.
 func TestItemsReadOnlyOverHTTP(t *testing.T) {
 	srv := testserver.Start(t, testserver.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -36,14 +37,13 @@ func TestItemsReadOnlyOverHTTP(t *testing.T) {
 	}
 	defer w.Stop()
 
-	item := &kollect.InventoryItem{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-1234", Namespace: "team-a", Labels: map[string]string{kollect.LabelTarget: "web"}},
+	item := &itemstore.Item{
+		Name: "web-1234", Namespace: "team-a", Labels: map[string]string{kollect.LabelTarget: "web"},
 		Source:     kollect.ItemSource{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "team-a", Name: "web", UID: "u-1", ResourceVersion: "10"},
 		Attributes: map[string]kollect.Value{"image": {Raw: []byte(`["nginx:1.27"]`)}, "replicas": {Raw: []byte(`3`)}},
 		Hash:       sha("web v1"),
 	}
-	created, err := srv.API.Items.Create(ctx, item)
-	if err != nil {
+	if _, err := srv.API.Items.Create(ctx, item); err != nil {
 		t.Fatalf("writer create: %v", err)
 	}
 	expectEvent(t, w, watch.Added, "web-1234")
@@ -68,9 +68,9 @@ func TestItemsReadOnlyOverHTTP(t *testing.T) {
 		t.Errorf("list by target label: %v, %d items", err, len(l.Items))
 	}
 
-	created.Attributes["replicas"] = kollect.Value{Raw: []byte(`4`)}
-	created.Hash = sha("web v2")
-	if _, err := srv.API.Items.Update(ctx, created); err != nil {
+	item.Attributes["replicas"] = kollect.Value{Raw: []byte(`4`)}
+	item.Hash = sha("web v2")
+	if _, err := srv.API.Items.Update(ctx, item); err != nil {
 		t.Fatalf("writer update: %v", err)
 	}
 	expectEvent(t, w, watch.Modified, "web-1234")
@@ -92,16 +92,16 @@ func TestItemsReadOnlyOverHTTP(t *testing.T) {
 		}
 	}
 
-	if err := srv.API.Items.Delete(ctx, "team-a", "web-1234", nil); err != nil {
+	if err := srv.API.Items.Delete(ctx, "team-a", "web-1234"); err != nil {
 		t.Fatalf("writer delete: %v", err)
 	}
 	expectEvent(t, w, watch.Deleted, "web-1234")
 
 	// Cluster items: same, through their own writer.
-	citem := &kollect.ClusterInventoryItem{
-		ObjectMeta: metav1.ObjectMeta{Name: "platform-web-1"},
-		Source:     kollect.ItemSource{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "team-b", Name: "web", UID: "u-2"},
-		Hash:       sha("platform web"),
+	citem := &itemstore.Item{
+		Name:   "platform-web-1",
+		Source: kollect.ItemSource{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "team-b", Name: "web", UID: "u-2"},
+		Hash:   sha("platform web"),
 	}
 	if _, err := srv.API.ClusterItems.Create(ctx, citem); err != nil {
 		t.Fatalf("cluster writer create: %v", err)

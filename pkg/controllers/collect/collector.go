@@ -13,9 +13,10 @@
 // the changed and removes the stale. Targets report what they collected in
 // status.collection; the registry derives Ready and Degraded from it.
 //
-// Items are written in process through the registry (validation, etcd,
-// watch), Targets are read and updated through the loopback client, and
-// the collected objects, Namespaces and Events live in the host cluster.
+// Items are written straight to the server's etcd (pkg/itemstore), under
+// the keys the registry serves them from; Targets are read and updated
+// through the loopback client, and the collected objects, Namespaces and
+// Events live in the host cluster.
 package collect
 
 import (
@@ -57,7 +58,7 @@ import (
 	"kollect.dev/kollect/pkg/generated/clientset/versioned"
 	kollectinformers "kollect.dev/kollect/pkg/generated/informers/externalversions"
 	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
-	"kollect.dev/kollect/pkg/registry/kollect/common"
+	"kollect.dev/kollect/pkg/itemstore"
 	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
@@ -103,9 +104,9 @@ type Config struct {
 	Host *rest.Config
 	// Loopback reaches this server: Profiles, Targets, ClusterTargets.
 	Loopback *rest.Config
-	// Items and ClusterItems are the in-process item writers.
-	Items        *common.Writer[*kollect.InventoryItem]
-	ClusterItems *common.Writer[*kollect.ClusterInventoryItem]
+	// Items and ClusterItems are where items are stored (the registry's
+	// etcd, written directly).
+	Items, ClusterItems *itemstore.Store
 	// Informers, when set, list and watch this server's kinds in process
 	// (the loopback client otherwise).
 	Informers informers.Source
@@ -304,7 +305,7 @@ func New(cfg Config) (*Collector, error) {
 
 		walkRequests: make(chan struct{}, 1),
 	}
-	c.itemStore, c.clusterItemStore = newItemStores(cfg.Items, cfg.ClusterItems)
+	c.itemStore, c.clusterItemStore = etcdItems{cfg.Items}, etcdItems{cfg.ClusterItems}
 	return c, nil
 }
 

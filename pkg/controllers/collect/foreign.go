@@ -2,11 +2,9 @@ package collect
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -15,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kollect.dev/kollect/pkg/controllers/metrics"
+	"kollect.dev/kollect/pkg/itemstore"
 )
 
 // Items are the collector's to write while its replica leads, and its
@@ -40,7 +39,7 @@ import (
 // storedPositions is where each item kind's storage is now: the watches
 // start there, before the first full walk reads the items, so that no
 // write falls between the two. It retries until ctx ends.
-func (c *Collector) storedPositions(ctx context.Context) (items, clusterItems string, err error) {
+func (c *Collector) storedPositions(ctx context.Context) (items, clusterItems uint64, err error) {
 	err = wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
 		var err error
 		if items, err = c.itemStore.position(ctx); err == nil {
@@ -56,74 +55,56 @@ func (c *Collector) storedPositions(ctx context.Context) (items, clusterItems st
 }
 
 // watchItems follows one item kind's changes from resourceVersion rv until
-// ctx ends. When the position is lost (expired), it starts again from now
-// and asks for a full walk, which reads what it missed from storage.
-func (c *Collector) watchItems(ctx context.Context, store itemStore, cluster bool, rv string) {
+// ctx ends. When the position is lost (compacted), it starts again from
+// now and asks for a full walk, which reads what it missed from storage.
+func (c *Collector) watchItems(ctx context.Context, store itemStore, cluster bool, rv uint64) {
 	logger := klog.FromContext(ctx).WithValues("kind", store.kind())
-	retry := func(err error, msg string) {
-		if ctx.Err() == nil {
-			logger.Error(err, msg)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}
 	for ctx.Err() == nil {
-		if rv == "" {
+		if rv == 0 {
 			var err error
 			if rv, err = store.position(ctx); err != nil {
-				retry(err, "Reading the stored items' resourceVersion failed; retrying")
+				if ctx.Err() == nil {
+					logger.Error(err, "Reading the stored items' resourceVersion failed; retrying")
+					select {
+					case <-ctx.Done():
+					case <-time.After(time.Second):
+					}
+				}
 				continue
 			}
 			c.requestWalk()
 		}
-		w, err := store.watch(ctx, rv)
-		if err != nil {
-			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-				rv = ""
-			}
-			retry(err, "Watching the stored items failed; retrying")
-			continue
-		}
-		rv = c.itemEvents(ctx, w, store, cluster, rv)
+		rv = c.itemEvents(ctx, store.watch(ctx, rv), cluster, rv)
 	}
 }
 
 // itemEvents handles one watch's events and returns the position it
-// reached, "" when the watch ended because that position expired.
-func (c *Collector) itemEvents(ctx context.Context, w watch.Interface, store itemStore, cluster bool, rv string) string {
-	defer w.Stop()
-	for {
-		var ev watch.Event
-		var ok bool
-		select {
-		case <-ctx.Done():
-			return rv
-		case ev, ok = <-w.ResultChan():
-		}
-		if !ok {
-			return rv
-		}
+// reached, 0 when the watch ended because that position expired.
+func (c *Collector) itemEvents(ctx context.Context, events <-chan itemstore.Event, cluster bool, rv uint64) uint64 {
+	for ev := range events {
 		switch ev.Type {
 		case watch.Error:
-			err := apierrors.FromObject(ev.Object)
-			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-				return ""
+			if apierrors.IsResourceExpired(ev.Err) || apierrors.IsGone(ev.Err) {
+				return 0
 			}
-			klog.FromContext(ctx).V(2).Info("The stored items' watch ended; watching again", "kind", store.kind(), "err", err)
+			if ctx.Err() == nil {
+				klog.FromContext(ctx).V(2).Info("The stored items' watch ended; watching again", "err", ev.Err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
 			return rv
 		case watch.Bookmark:
-			if m, err := meta.Accessor(ev.Object); err == nil && m.GetResourceVersion() != "" {
-				rv = m.GetResourceVersion()
-			}
+			rv = uint64(ev.Revision)
 		case watch.Added, watch.Modified, watch.Deleted:
-			if s, ok := store.stored(ev.Object); ok {
-				rv = strconv.FormatUint(s.rv, 10)
-				c.itemChanged(ctx, cluster, ev.Type == watch.Deleted, s)
-			}
+			rv = uint64(ev.Revision)
+			s := storedOf(ev.Item)
+			s.rv = rv
+			c.itemChanged(ctx, cluster, ev.Type == watch.Deleted, s)
 		}
 	}
+	return rv
 }
 
 // itemChanged compares a stored item's change with what the collector

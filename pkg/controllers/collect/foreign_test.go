@@ -18,10 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -32,6 +30,7 @@ import (
 	"kollect.dev/kollect/pkg/controllers/extract"
 	"kollect.dev/kollect/pkg/controllers/source"
 	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/itemstore"
 	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 )
 
@@ -82,9 +81,8 @@ func (f *fakeItems) get(ctx context.Context, namespace, name string) (storedItem
 func (f *fakeItems) list(ctx context.Context, namespace string, selector labels.Selector, fn func(storedItem)) error {
 	return nil
 }
-func (f *fakeItems) watch(ctx context.Context, rv string) (watch.Interface, error) { return nil, nil }
-func (f *fakeItems) stored(obj runtime.Object) (storedItem, bool)                  { return storedItem{}, false }
-func (f *fakeItems) position(ctx context.Context) (string, error)                  { return "", nil }
+func (f *fakeItems) watch(ctx context.Context, rv uint64) <-chan itemstore.Event { return nil }
+func (f *fakeItems) position(ctx context.Context) (uint64, error)                { return 0, nil }
 
 // foreignFixture is a collector with one Target ns/web collecting the
 // ConfigMap ns/cm-a (data.value "new"), whose index holds the item of

@@ -5,23 +5,17 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"strconv"
 	"strings"
 	"unique"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/apimachinery/pkg/watch"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/controllers/extract"
 	"kollect.dev/kollect/pkg/controllers/metrics"
-	"kollect.dev/kollect/pkg/registry/kollect/common"
+	"kollect.dev/kollect/pkg/itemstore"
 )
 
 const (
@@ -79,28 +73,22 @@ type storedItem struct {
 	rv              uint64 // the item's resourceVersion
 }
 
-func storedOf(meta *metav1.ObjectMeta, source kollect.ItemSource, hash string) storedItem {
+func storedOf(st itemstore.Stored) storedItem {
 	return storedItem{
-		rv:        rvOf(meta.ResourceVersion),
-		namespace: meta.Namespace,
-		name:      meta.Name,
-		target:    meta.Labels[labelTarget],
+		rv:        uint64(st.Revision),
+		namespace: st.Namespace,
+		name:      st.Name,
+		target:    st.Labels[labelTarget],
 		// The items of a target share their labels: one copy for all.
-		labels:   unique.Make(labelsKey(meta.Labels)).Value(),
-		objKey:   objectKeyOf(source.Namespace, source.Name),
-		sourceRV: source.ResourceVersion,
-		hash:     hashOf(hash),
+		labels:   unique.Make(labelsKey(st.Labels)).Value(),
+		objKey:   objectKeyOf(st.Source.Namespace, st.Source.Name),
+		sourceRV: st.Source.ResourceVersion,
+		hash:     hashOf(st.Hash),
 	}
 }
 
-// rvOf reads a resourceVersion as the number etcd made it; 0 when it is
-// not one.
-func rvOf(rv string) uint64 {
-	n, _ := strconv.ParseUint(rv, 10, 64)
-	return n
-}
-
-// itemStore writes one item kind in process, through the registry.
+// itemStore is the collector's view of where one item kind is stored
+// (itemstore.Store; an in-memory one in tests).
 type itemStore interface {
 	kind() string
 	// put stores an item and returns the resourceVersion it was stored at.
@@ -109,169 +97,67 @@ type itemStore interface {
 	// get reads one stored item, false when there is none.
 	get(ctx context.Context, namespace, name string) (storedItem, bool, error)
 	// list calls fn for every stored item matching selector in namespace
-	// ("" for all), one page at a time.
+	// ("" for all).
 	list(ctx context.Context, namespace string, selector labels.Selector, fn func(storedItem)) error
-	// watch watches every stored item after resourceVersion rv ("" for
-	// now), with bookmarks.
-	watch(ctx context.Context, rv string) (watch.Interface, error)
-	// stored reads what a watch event's object holds, false for what is
-	// not an item.
-	stored(obj runtime.Object) (storedItem, bool)
+	// watch follows every stored item's changes after resourceVersion rv.
+	watch(ctx context.Context, rv uint64) <-chan itemstore.Event
 	// position is the stored items' resourceVersion now.
-	position(ctx context.Context) (string, error)
+	position(ctx context.Context) (uint64, error)
 }
 
-// writerStore adapts the registry's Writer of one item type.
-type writerStore[T runtime.Object] struct {
-	itemKind string
-	writer   *common.Writer[T]
-	build    func(*desiredItem) T
-	items    func(list runtime.Object) ([]storedItem, string)
-	item     func(obj runtime.Object) (storedItem, bool)
-}
+// etcdItems is the itemStore of an itemstore.Store.
+type etcdItems struct{ store *itemstore.Store }
 
-func (s *writerStore[T]) kind() string { return s.itemKind }
+func (s etcdItems) kind() string { return s.store.Kind() }
 
 // put creates or updates an item: it tries what the index suggests and
 // falls back to the other, so a stale index costs one extra call, never a
 // wrong result.
-func (s *writerStore[T]) put(ctx context.Context, item *desiredItem, exists bool) (bool, uint64, error) {
+func (s etcdItems) put(ctx context.Context, item *desiredItem, exists bool) (bool, uint64, error) {
+	it := &itemstore.Item{Namespace: item.namespace, Name: item.name, Labels: item.labels, Source: item.source,
+		Attributes: item.content.Attributes, Object: item.content.Object, Hash: item.hash}
 	if exists {
-		out, err := s.writer.Update(ctx, s.build(item))
+		rev, err := s.store.Update(ctx, it)
 		if !apierrors.IsNotFound(err) {
-			return false, s.rv(out, err), err
+			return false, uint64(rev), err
 		}
 	}
-	out, err := s.writer.Create(ctx, s.build(item))
+	rev, err := s.store.Create(ctx, it)
 	if apierrors.IsAlreadyExists(err) {
-		out, err = s.writer.Update(ctx, s.build(item))
-		return false, s.rv(out, err), err
+		rev, err = s.store.Update(ctx, it)
+		return false, uint64(rev), err
 	}
-	return err == nil, s.rv(out, err), err
+	return err == nil, uint64(rev), err
 }
 
-// rv is the resourceVersion of a written object.
-func (s *writerStore[T]) rv(obj T, err error) uint64 {
-	if err != nil {
-		return 0
-	}
-	m, merr := meta.Accessor(obj)
-	if merr != nil {
-		return 0
-	}
-	return rvOf(m.GetResourceVersion())
-}
-
-func (s *writerStore[T]) watch(ctx context.Context, rv string) (watch.Interface, error) {
-	return s.writer.Watch(ctx, "", &metainternalversion.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
-}
-
-func (s *writerStore[T]) stored(obj runtime.Object) (storedItem, bool) {
-	return s.item(obj)
-}
-
-func (s *writerStore[T]) position(ctx context.Context) (string, error) {
-	list, err := s.writer.List(ctx, "", &metainternalversion.ListOptions{Limit: 1})
-	if err != nil {
-		return "", err
-	}
-	m, err := meta.ListAccessor(list)
-	if err != nil {
-		return "", err
-	}
-	return m.GetResourceVersion(), nil
-}
-
-func (s *writerStore[T]) get(ctx context.Context, namespace, name string) (storedItem, bool, error) {
-	obj, err := s.writer.Get(ctx, namespace, name)
-	if apierrors.IsNotFound(err) {
-		return storedItem{}, false, nil
-	}
-	if err != nil {
-		return storedItem{}, false, err
-	}
-	item, ok := s.item(obj)
-	return item, ok, nil
-}
-
-func (s *writerStore[T]) delete(ctx context.Context, namespace, name string) error {
-	err := s.writer.Delete(ctx, namespace, name, nil)
+func (s etcdItems) delete(ctx context.Context, namespace, name string) error {
+	err := s.store.Delete(ctx, namespace, name)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	return err
 }
 
-func (s *writerStore[T]) list(ctx context.Context, namespace string, selector labels.Selector, fn func(storedItem)) error {
-	opts := &metainternalversion.ListOptions{LabelSelector: selector, Limit: listPageSize}
-	for {
-		list, err := s.writer.List(ctx, namespace, opts)
-		if err != nil {
-			return err
-		}
-		items, next := s.items(list)
-		for _, item := range items {
-			fn(item)
-		}
-		if next == "" {
-			return nil
-		}
-		opts = &metainternalversion.ListOptions{LabelSelector: selector, Limit: listPageSize, Continue: next}
+func (s etcdItems) get(ctx context.Context, namespace, name string) (storedItem, bool, error) {
+	st, found, err := s.store.Get(ctx, namespace, name)
+	if !found || err != nil {
+		return storedItem{}, false, err
 	}
+	return storedOf(st), true, nil
 }
 
-func newItemStores(items *common.Writer[*kollect.InventoryItem], clusterItems *common.Writer[*kollect.ClusterInventoryItem]) (itemStore, itemStore) {
-	namespaced := &writerStore[*kollect.InventoryItem]{
-		itemKind: "InventoryItem",
-		writer:   items,
-		build: func(d *desiredItem) *kollect.InventoryItem {
-			return &kollect.InventoryItem{
-				ObjectMeta: metav1.ObjectMeta{Namespace: d.namespace, Name: d.name, Labels: d.labels},
-				Source:     d.source, Attributes: d.content.Attributes, Object: d.content.Object, Hash: d.hash,
-			}
-		},
-		items: func(list runtime.Object) ([]storedItem, string) {
-			l := list.(*kollect.InventoryItemList)
-			out := make([]storedItem, len(l.Items))
-			for i := range l.Items {
-				out[i] = storedOf(&l.Items[i].ObjectMeta, l.Items[i].Source, l.Items[i].Hash)
-			}
-			return out, l.Continue
-		},
-		item: func(obj runtime.Object) (storedItem, bool) {
-			it, ok := obj.(*kollect.InventoryItem)
-			if !ok {
-				return storedItem{}, false
-			}
-			return storedOf(&it.ObjectMeta, it.Source, it.Hash), true
-		},
-	}
-	cluster := &writerStore[*kollect.ClusterInventoryItem]{
-		itemKind: "ClusterInventoryItem",
-		writer:   clusterItems,
-		build: func(d *desiredItem) *kollect.ClusterInventoryItem {
-			return &kollect.ClusterInventoryItem{
-				ObjectMeta: metav1.ObjectMeta{Name: d.name, Labels: d.labels},
-				Source:     d.source, Attributes: d.content.Attributes, Object: d.content.Object, Hash: d.hash,
-			}
-		},
-		items: func(list runtime.Object) ([]storedItem, string) {
-			l := list.(*kollect.ClusterInventoryItemList)
-			out := make([]storedItem, len(l.Items))
-			for i := range l.Items {
-				out[i] = storedOf(&l.Items[i].ObjectMeta, l.Items[i].Source, l.Items[i].Hash)
-			}
-			return out, l.Continue
-		},
-		item: func(obj runtime.Object) (storedItem, bool) {
-			it, ok := obj.(*kollect.ClusterInventoryItem)
-			if !ok {
-				return storedItem{}, false
-			}
-			return storedOf(&it.ObjectMeta, it.Source, it.Hash), true
-		},
-	}
-	return namespaced, cluster
+func (s etcdItems) list(ctx context.Context, namespace string, selector labels.Selector, fn func(storedItem)) error {
+	_, err := s.store.List(ctx, namespace, selector, func(st itemstore.Stored) { fn(storedOf(st)) })
+	return err
+}
+
+func (s etcdItems) watch(ctx context.Context, rv uint64) <-chan itemstore.Event {
+	return s.store.Watch(ctx, int64(rv))
+}
+
+func (s etcdItems) position(ctx context.Context) (uint64, error) {
+	rev, err := s.store.Revision(ctx)
+	return uint64(rev), err
 }
 
 func (c *Collector) storeFor(key targetKey) itemStore {

@@ -7,11 +7,11 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/workqueue"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/controllers/extract"
+	"kollect.dev/kollect/pkg/itemstore"
 )
 
 func TestHashOf(t *testing.T) {
@@ -31,8 +31,8 @@ func TestStoredOf(t *testing.T) {
 	l := func() map[string]string { return map[string]string{labelTarget: "web", labelProfile: "p"} }
 	source := kollect.ItemSource{Namespace: "ns", Name: "obj", ResourceVersion: "5"}
 	hash := extract.Hash(source, extract.Content{})
-	a := storedOf(&metav1.ObjectMeta{Namespace: "ns", Name: "web-1", Labels: l()}, source, hash)
-	b := storedOf(&metav1.ObjectMeta{Namespace: "ns", Name: "web-2", Labels: l()}, source, hash)
+	a := storedOf(itemstore.Stored{Namespace: "ns", Name: "web-1", Labels: l(), Source: source, Hash: hash})
+	b := storedOf(itemstore.Stored{Namespace: "ns", Name: "web-2", Labels: l(), Source: source, Hash: hash})
 	if a.target != "web" || a.labels != labelsKey(l()) || a.objKey != "ns/obj" || a.sourceRV != "5" || a.hash != hashOf(hash) {
 		t.Errorf("storedOf: %+v", a)
 	}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"kollect.dev/kollect/pkg/controllers/extract"
+	"kollect.dev/kollect/pkg/jsonscan"
 )
 
 // Shape is what an informer keeps: the namespace it lists ("" for all),
@@ -67,9 +68,9 @@ func newDecoder(shape Shape) *decoder {
 // neither its apiVersion nor its kind gets the list's, as the dynamic
 // client's list decoding gives them (fromList); bookmarks keep their
 // annotations.
-func (d *decoder) object(data []byte, sp span, fromList bool, listAPIVersion, listKind string, bookmark bool) (*Object, error) {
-	s := &scanner{data: data[:sp.end], pos: sp.start}
-	if err := s.open('{'); err != nil {
+func (d *decoder) object(data []byte, sp jsonscan.Span, fromList bool, listAPIVersion, listKind string, bookmark bool) (*Object, error) {
+	s := jsonscan.At(data, sp)
+	if err := s.Open('{'); err != nil {
 		return nil, err
 	}
 	var apiVersion, kind string
@@ -77,7 +78,7 @@ func (d *decoder) object(data []byte, sp span, fromList bool, listAPIVersion, li
 	out := append(d.buf[:0], '{')
 	written := 0
 	for first := true; ; first = false {
-		key, more, err := s.member(first)
+		key, more, err := s.Member(first)
 		if err != nil {
 			return nil, err
 		}
@@ -85,7 +86,7 @@ func (d *decoder) object(data []byte, sp span, fromList bool, listAPIVersion, li
 			break
 		}
 		sub, kept := d.tree.lookup(data, key)
-		if keyIs(data, key, "metadata") {
+		if jsonscan.KeyIs(data, key, "metadata") {
 			// Read whole, kept or not: matching needs it.
 			m = meta{}
 			if len(sub) == 0 {
@@ -96,33 +97,33 @@ func (d *decoder) object(data []byte, sp span, fromList bool, listAPIVersion, li
 			}
 			continue
 		}
-		s.space()
-		start := s.pos
-		if kept && len(sub) > 0 && s.data[start] == '{' {
+		s.Space()
+		start := s.Pos()
+		if kept && len(sub) > 0 && s.Bytes()[start] == '{' {
 			out = member(out, data, key, &written)
 			if out, err = trim(s, sub, out); err != nil {
 				return nil, err
 			}
 		} else {
-			if err := s.skip(); err != nil {
+			if err := s.Skip(); err != nil {
 				return nil, err
 			}
 			if kept {
-				out = append(member(out, data, key, &written), data[start:s.pos]...)
+				out = append(member(out, data, key, &written), data[start:s.Pos()]...)
 			}
 		}
 		switch {
-		case keyIs(data, key, "apiVersion"):
-			apiVersion, _ = text(data, span{start, s.pos})
-		case keyIs(data, key, "kind"):
-			kind, _ = text(data, span{start, s.pos})
+		case jsonscan.KeyIs(data, key, "apiVersion"):
+			apiVersion, _ = jsonscan.Text(data, jsonscan.Span{Start: start, End: s.Pos()})
+		case jsonscan.KeyIs(data, key, "kind"):
+			kind, _ = jsonscan.Text(data, jsonscan.Span{Start: start, End: s.Pos()})
 		}
 	}
 	if fromList && apiVersion == "" && kind == "" {
 		// Set after the object's own members: decoding keeps the last.
 		apiVersion, kind = listAPIVersion, listKind
-		out = appendString(member(out, []byte(`"apiVersion"`), span{0, 12}, &written), apiVersion)
-		out = appendString(member(out, []byte(`"kind"`), span{0, 6}, &written), kind)
+		out = appendString(member(out, []byte(`"apiVersion"`), jsonscan.Span{Start: 0, End: 12}, &written), apiVersion)
+		out = appendString(member(out, []byte(`"kind"`), jsonscan.Span{Start: 0, End: 6}, &written), kind)
 	}
 	out = append(out, '}')
 	d.buf = out
@@ -141,17 +142,17 @@ func (d *decoder) object(data []byte, sp span, fromList bool, listAPIVersion, li
 
 // Decode decodes one object, as a watch event carries it, in a shape.
 func Decode(data []byte, shape Shape) (*Object, error) {
-	return newDecoder(shape).object(data, span{0, len(data)}, false, "", "", false)
+	return newDecoder(shape).object(data, jsonscan.Span{Start: 0, End: len(data)}, false, "", "", false)
 }
 
 // member writes a member's name and colon, after a comma if it is not the
 // first.
-func member(out, data []byte, key span, written *int) []byte {
+func member(out, data []byte, key jsonscan.Span, written *int) []byte {
 	if *written > 0 {
 		out = append(out, ',')
 	}
 	*written++
-	out = append(out, data[key.start:key.end]...)
+	out = append(out, data[key.Start:key.End]...)
 	return append(out, ':')
 }
 
@@ -162,14 +163,14 @@ func appendString(out []byte, s string) []byte {
 
 // lookup is the subtree of a member name: kept is false when the tree
 // drops it; a nil tree keeps everything.
-func (t fieldTree) lookup(data []byte, key span) (sub fieldTree, kept bool) {
+func (t fieldTree) lookup(data []byte, key jsonscan.Span) (sub fieldTree, kept bool) {
 	if t == nil {
 		return nil, true
 	}
-	raw := data[key.start+1 : key.end-1]
+	raw := data[key.Start+1 : key.End-1]
 	sub, kept = t[string(raw)]
 	if !kept && slices.Contains(raw, '\\') {
-		name, _ := text(data, key)
+		name, _ := jsonscan.Text(data, key)
 		sub, kept = t[name]
 	}
 	return sub, kept
@@ -177,32 +178,32 @@ func (t fieldTree) lookup(data []byte, key span) (sub fieldTree, kept bool) {
 
 // trim copies the object at the scanner's position, keeping the members
 // the tree names (non-object values whole, as the tree's leaves).
-func trim(s *scanner, tree fieldTree, out []byte) ([]byte, error) {
-	if err := s.open('{'); err != nil {
+func trim(s *jsonscan.Scanner, tree fieldTree, out []byte) ([]byte, error) {
+	if err := s.Open('{'); err != nil {
 		return nil, err
 	}
 	out = append(out, '{')
 	written := 0
 	for first := true; ; first = false {
-		key, more, err := s.member(first)
+		key, more, err := s.Member(first)
 		if err != nil {
 			return nil, err
 		}
 		if !more {
 			break
 		}
-		s.space()
-		sub, kept := tree.lookup(s.data, key)
+		s.Space()
+		sub, kept := tree.lookup(s.Bytes(), key)
 		switch {
 		case !kept:
-			err = s.skip()
-		case len(sub) > 0 && s.data[s.pos] == '{':
-			out = member(out, s.data, key, &written)
+			err = s.Skip()
+		case len(sub) > 0 && s.Bytes()[s.Pos()] == '{':
+			out = member(out, s.Bytes(), key, &written)
 			out, err = trim(s, sub, out)
 		default:
-			start := s.pos
-			if err = s.skip(); err == nil {
-				out = append(member(out, s.data, key, &written), s.data[start:s.pos]...)
+			start := s.Pos()
+			if err = s.Skip(); err == nil {
+				out = append(member(out, s.Bytes(), key, &written), s.Bytes()[start:s.Pos()]...)
 			}
 		}
 		if err != nil {
@@ -222,58 +223,59 @@ type meta struct {
 
 // metadata reads the metadata at the scanner's position into m and, when
 // kept, writes it as the transform and the tree leave it.
-func (d *decoder) metadata(s *scanner, m *meta, tree fieldTree, kept, bookmark bool, out []byte, written *int) ([]byte, error) {
-	data := s.data
-	start, end, err := s.value()
+func (d *decoder) metadata(s *jsonscan.Scanner, m *meta, tree fieldTree, kept, bookmark bool, out []byte, written *int) ([]byte, error) {
+	data := s.Bytes()
+	sp, err := s.Value()
 	if err != nil {
 		return nil, err
 	}
+	start, end := sp.Start, sp.End
 	keyName := []byte(`"metadata"`)
 	if data[start] != '{' {
 		// Not an object: the transform leaves it, the tree keeps it whole.
 		if kept {
-			out = append(member(out, keyName, span{0, len(keyName)}, written), data[start:end]...)
+			out = append(member(out, keyName, jsonscan.Span{Start: 0, End: len(keyName)}, written), data[start:end]...)
 		}
 		return out, nil
 	}
-	members, err := membersOf(data, span{start, end})
+	members, err := jsonscan.Members(data, sp)
 	if err != nil {
 		return nil, err
 	}
 	lastOf := map[string]int{}
 	for i, mb := range members {
-		name, _ := text(data, mb.key)
+		name, _ := jsonscan.Text(data, mb.Key)
 		lastOf[name] = i
 		switch name {
 		case "name":
-			m.name, _ = text(data, mb.value)
+			m.name, _ = jsonscan.Text(data, mb.Value)
 		case "namespace":
-			m.namespace, _ = text(data, mb.value)
+			m.namespace, _ = jsonscan.Text(data, mb.Value)
 		case "uid":
-			m.uid, _ = text(data, mb.value)
+			m.uid, _ = jsonscan.Text(data, mb.Value)
 		case "resourceVersion":
-			m.resourceVersion, _ = text(data, mb.value)
+			m.resourceVersion, _ = jsonscan.Text(data, mb.Value)
 		}
 	}
 	if i, ok := lastOf["labels"]; ok {
-		m.labels = stringMap(data, members[i].value)
+		m.labels = jsonscan.StringMap(data, members[i].Value)
 	}
 	if i, ok := lastOf["annotations"]; ok && bookmark {
-		m.annotations = stringMap(data, members[i].value)
+		m.annotations = jsonscan.StringMap(data, members[i].Value)
 	}
 	if !kept {
 		return out, nil
 	}
-	out = member(out, keyName, span{0, len(keyName)}, written)
+	out = member(out, keyName, jsonscan.Span{Start: 0, End: len(keyName)}, written)
 	out = append(out, '{')
 	n := 0
 	for i, mb := range members {
-		name, _ := text(data, mb.key)
-		sub, keep := tree.lookup(data, mb.key)
+		name, _ := jsonscan.Text(data, mb.Key)
+		sub, keep := tree.lookup(data, mb.Key)
 		if !keep || name == "managedFields" && !d.shape.KeepManagedFields {
 			continue
 		}
-		value := data[mb.value.start:mb.value.end]
+		value := data[mb.Value.Start:mb.Value.End]
 		if name == "annotations" && !d.shape.KeepLastApplied && value[0] == '{' {
 			if lastOf[name] != i {
 				continue // an earlier duplicate: decoding would not keep it
@@ -285,9 +287,9 @@ func (d *decoder) metadata(s *scanner, m *meta, tree fieldTree, kept, bookmark b
 				continue // nothing left: the transform drops the annotations
 			}
 		}
-		out = member(out, data, mb.key, &n)
+		out = member(out, data, mb.Key, &n)
 		if len(sub) > 0 && value[0] == '{' {
-			if out, err = trim(&scanner{data: value}, sub, out); err != nil {
+			if out, err = trim(jsonscan.New(value), sub, out); err != nil {
 				return nil, err
 			}
 		} else {
@@ -300,17 +302,17 @@ func (d *decoder) metadata(s *scanner, m *meta, tree fieldTree, kept, bookmark b
 // withoutLastApplied is an annotations object without the last-applied
 // annotation, nil when none is left.
 func withoutLastApplied(value []byte) ([]byte, error) {
-	members, err := membersOf(value, span{0, len(value)})
+	members, err := jsonscan.Members(value, jsonscan.Span{Start: 0, End: len(value)})
 	if err != nil {
 		return nil, err
 	}
 	out := []byte{'{'}
 	n := 0
 	for _, mb := range members {
-		if name, _ := text(value, mb.key); name == extract.LastAppliedAnnotation {
+		if name, _ := jsonscan.Text(value, mb.Key); name == extract.LastAppliedAnnotation {
 			continue
 		}
-		out = append(member(out, value, mb.key, &n), value[mb.value.start:mb.value.end]...)
+		out = append(member(out, value, mb.Key, &n), value[mb.Value.Start:mb.Value.End]...)
 	}
 	if n == 0 {
 		return nil, nil
@@ -318,93 +320,23 @@ func withoutLastApplied(value []byte) ([]byte, error) {
 	return append(out, '}'), nil
 }
 
-type memberSpan struct{ key, value span }
-
-// membersOf lists the members of the object at sp.
-func membersOf(data []byte, sp span) ([]memberSpan, error) {
-	members, _, err := scanMembers(&scanner{data: data[:sp.end], pos: sp.start})
-	return members, err
-}
-
-// document lists the members of a document that is one object.
-func document(data []byte) ([]memberSpan, error) {
-	members, s, err := scanMembers(&scanner{data: data})
-	if err == nil && s.peek() != 0 {
-		err = s.fail("data after the object")
-	}
-	return members, err
-}
-
-func scanMembers(s *scanner) ([]memberSpan, *scanner, error) {
-	if err := s.open('{'); err != nil {
-		return nil, s, err
-	}
-	var out []memberSpan
-	for first := true; ; first = false {
-		key, more, err := s.member(first)
-		if err != nil {
-			return nil, s, err
-		}
-		if !more {
-			return out, s, nil
-		}
-		start, end, err := s.value()
-		if err != nil {
-			return nil, s, err
-		}
-		out = append(out, memberSpan{key, span{start, end}})
-	}
-}
-
-// stringMap reads an object of strings; nil when the value is not an
-// object or holds anything but strings (unstructured.NestedStringMap).
-func stringMap(data []byte, sp span) map[string]string {
-	if data[sp.start] != '{' {
-		return nil
-	}
-	members, err := membersOf(data, sp)
-	if err != nil {
-		return nil
-	}
-	out := make(map[string]string, len(members))
-	// The last value of each name decides, as in a decoded map.
-	var notString map[string]bool
-	for _, mb := range members {
-		key, _ := text(data, mb.key)
-		if value, ok := text(data, mb.value); ok {
-			out[key] = value
-			delete(notString, key)
-			continue
-		}
-		if notString == nil {
-			notString = map[string]bool{}
-		}
-		notString[key] = true
-		delete(out, key)
-	}
-	if len(notString) > 0 {
-		return nil
-	}
-	return out
-}
-
 // event decodes one watch event: {"type":...,"object":...}.
 func (d *decoder) event(frame []byte) (watch.EventType, runtime.Object, error) {
-	members, err := document(frame)
+	members, err := jsonscan.Document(frame)
 	if err != nil {
 		return "", nil, err
 	}
 	var typ string
-	var obj span
+	var obj jsonscan.Span
 	for _, mb := range members {
 		switch {
-		case keyIs(frame, mb.key, "type"):
-			typ, _ = text(frame, mb.value)
-		case keyIs(frame, mb.key, "object"):
-			obj = mb.value
+		case jsonscan.KeyIs(frame, mb.Key, "type"):
+			typ, _ = jsonscan.Text(frame, mb.Value)
+		case jsonscan.KeyIs(frame, mb.Key, "object"):
+			obj = mb.Value
 		}
 	}
-	if obj.end == 0 {
+	if obj.End == 0 {
 		return "", nil, fmt.Errorf("watch event of type %q without an object", typ)
 	}
 	switch t := watch.EventType(typ); t {
@@ -416,7 +348,7 @@ func (d *decoder) event(frame []byte) (watch.EventType, runtime.Object, error) {
 		return t, o, nil
 	case watch.Error:
 		status := &metav1.Status{}
-		if err := json.Unmarshal(frame[obj.start:obj.end], status); err != nil {
+		if err := json.Unmarshal(frame[obj.Start:obj.End], status); err != nil {
 			return "", nil, err
 		}
 		return t, status, nil
@@ -442,49 +374,49 @@ func (l *List) DeepCopyObject() runtime.Object {
 
 // list decodes a list response.
 func (d *decoder) list(body []byte) (*List, error) {
-	members, err := document(body)
+	members, err := jsonscan.Document(body)
 	if err != nil {
 		return nil, err
 	}
 	var apiVersion, kind string
-	var items span
+	var items jsonscan.Span
 	out := &List{}
 	for _, mb := range members {
 		switch {
-		case keyIs(body, mb.key, "apiVersion"):
-			apiVersion, _ = text(body, mb.value)
-		case keyIs(body, mb.key, "kind"):
-			kind, _ = text(body, mb.value)
-		case keyIs(body, mb.key, "metadata"):
+		case jsonscan.KeyIs(body, mb.Key, "apiVersion"):
+			apiVersion, _ = jsonscan.Text(body, mb.Value)
+		case jsonscan.KeyIs(body, mb.Key, "kind"):
+			kind, _ = jsonscan.Text(body, mb.Value)
+		case jsonscan.KeyIs(body, mb.Key, "metadata"):
 			out.ListMeta = metav1.ListMeta{}
-			if err := json.Unmarshal(body[mb.value.start:mb.value.end], &out.ListMeta); err != nil {
+			if err := json.Unmarshal(body[mb.Value.Start:mb.Value.End], &out.ListMeta); err != nil {
 				return nil, fmt.Errorf("list metadata: %w", err)
 			}
-		case keyIs(body, mb.key, "items"):
-			items = mb.value
+		case jsonscan.KeyIs(body, mb.Key, "items"):
+			items = mb.Value
 		}
 	}
-	if items.end == 0 || body[items.start] == 'n' {
+	if items.End == 0 || body[items.Start] == 'n' {
 		return out, nil // no items, or null
 	}
 	kind = strings.TrimSuffix(kind, "List")
-	is := &scanner{data: body[:items.end], pos: items.start}
-	if err := is.open('['); err != nil {
+	is := jsonscan.At(body, items)
+	if err := is.Open('['); err != nil {
 		return nil, err
 	}
 	for first := true; ; first = false {
-		more, err := is.element(first)
+		more, err := is.Element(first)
 		if err != nil {
 			return nil, err
 		}
 		if !more {
 			return out, nil
 		}
-		start, end, err := is.value()
+		sp, err := is.Value()
 		if err != nil {
 			return nil, err
 		}
-		o, err := d.object(body, span{start, end}, true, apiVersion, kind, false)
+		o, err := d.object(body, sp, true, apiVersion, kind, false)
 		if err != nil {
 			return nil, err
 		}

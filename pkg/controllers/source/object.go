@@ -22,10 +22,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/client-go/tools/cache"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/jsonscan"
 )
 
 // Object is what an informer of a collected kind keeps of an object. An
@@ -60,9 +60,13 @@ func (o *Object) DeepCopyObject() runtime.Object {
 // Decode is the object to extract from, decoded anew each time as the
 // dynamic client decodes JSON (integers as int64, other numbers float64).
 func (o *Object) Decode() (map[string]any, error) {
-	var m map[string]any
-	if err := utiljson.Unmarshal(o.raw, &m); err != nil {
+	v, err := jsonscan.Decode(o.raw)
+	if err != nil {
 		return nil, fmt.Errorf("decoding the cached object: %w", err)
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("the cached object is a %T", v)
 	}
 	return m, nil
 }

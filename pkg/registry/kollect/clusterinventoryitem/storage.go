@@ -8,12 +8,9 @@ import (
 	"kollect.dev/kollect/pkg/registry/kollect/common"
 )
 
-// Writer writes ClusterInventoryItems in process.
-type Writer = common.Writer[*kollect.ClusterInventoryItem]
-
-// NewREST returns the read-only storage of clusterinventoryitems and the writer
-// the collector uses.
-func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts common.Options) (*common.ReadOnlyREST, *Writer, error) {
+// NewREST returns the read-only storage of clusterinventoryitems; the collector writes
+// them through an itemstore.Store.
+func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts common.Options) (*common.ReadOnlyREST, error) {
 	kind := common.Kind{
 		Resource: "clusterinventoryitems", Singular: "clusterinventoryitem", ShortNames: []string{"citem"},
 		New:      func() runtime.Object { return &kollect.ClusterInventoryItem{} },
@@ -22,7 +19,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 	}
 	store, err := common.NewStore(kind, optsGetter)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return common.NewReadOnlyREST(store, kind), common.NewWriter[*kollect.ClusterInventoryItem](store), nil
+	return common.NewReadOnlyREST(store, kind), nil
 }

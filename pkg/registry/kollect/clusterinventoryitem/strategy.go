@@ -1,5 +1,6 @@
 // Package clusterinventoryitem is the registry of ClusterInventoryItems:
-// read-only over HTTP, written in process by the collector through a Writer.
+// read-only over HTTP, written by the collector through its own store
+// (pkg/itemstore).
 package clusterinventoryitem
 
 import (

@@ -8,12 +8,9 @@ import (
 	"kollect.dev/kollect/pkg/registry/kollect/common"
 )
 
-// Writer writes InventoryItems in process.
-type Writer = common.Writer[*kollect.InventoryItem]
-
-// NewREST returns the read-only storage of inventoryitems and the writer
-// the collector uses.
-func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts common.Options) (*common.ReadOnlyREST, *Writer, error) {
+// NewREST returns the read-only storage of inventoryitems; the collector writes
+// them through an itemstore.Store.
+func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts common.Options) (*common.ReadOnlyREST, error) {
 	kind := common.Kind{
 		Resource: "inventoryitems", Singular: "inventoryitem", ShortNames: []string{"item"},
 		New:      func() runtime.Object { return &kollect.InventoryItem{} },
@@ -22,7 +19,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, opts 
 	}
 	store, err := common.NewStore(kind, optsGetter)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return common.NewReadOnlyREST(store, kind), common.NewWriter[*kollect.InventoryItem](store), nil
+	return common.NewReadOnlyREST(store, kind), nil
 }

@@ -1,5 +1,5 @@
 // Package inventoryitem is the registry of InventoryItems: read-only over
-// HTTP, written in process by the collector through a Writer.
+// HTTP, written by the collector through its own store (pkg/itemstore).
 package inventoryitem
 
 import (
