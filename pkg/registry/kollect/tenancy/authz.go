@@ -4,18 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
@@ -253,53 +247,4 @@ func resourceString(r schema.GroupVersionResource) string {
 		return r.Resource
 	}
 	return r.Resource + "." + r.Group
-}
-
-// mapperRefreshInterval is the least time between two discovery refreshes
-// caused by misses, so that a flood of unknown kinds cannot hammer discovery.
-const mapperRefreshInterval = 2 * time.Second
-
-// NewHostRESTMapper maps kinds to resources through the host cluster's
-// discovery, cached in memory and refreshed on a miss (at most every two
-// seconds), so a kind whose CRD was just installed resolves without a
-// restart.
-func NewHostRESTMapper(host *rest.Config) (meta.RESTMapper, error) {
-	dc, err := discovery.NewDiscoveryClientForConfig(rest.CopyConfig(host))
-	if err != nil {
-		return nil, err
-	}
-	return NewRefreshingRESTMapper(dc), nil
-}
-
-// NewRefreshingRESTMapper is NewHostRESTMapper over any discovery client.
-func NewRefreshingRESTMapper(dc discovery.DiscoveryInterface) meta.RESTMapper {
-	return &refreshingMapper{DeferredDiscoveryRESTMapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}
-}
-
-// refreshingMapper resets the discovery cache when a kind is missing.
-// DeferredDiscoveryRESTMapper alone does not: once its cache is filled it
-// answers misses from it until something resets it.
-type refreshingMapper struct {
-	*restmapper.DeferredDiscoveryRESTMapper
-	mu        sync.Mutex
-	lastReset time.Time
-}
-
-// RESTMapping resolves a kind, refreshing discovery once on a miss.
-func (m *refreshingMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*meta.RESTMapping, error) {
-	mapping, err := m.DeferredDiscoveryRESTMapper.RESTMapping(gk, versions...)
-	if err == nil || !meta.IsNoMatchError(err) {
-		return mapping, err
-	}
-	m.mu.Lock()
-	refresh := time.Since(m.lastReset) >= mapperRefreshInterval
-	if refresh {
-		m.lastReset = time.Now()
-	}
-	m.mu.Unlock()
-	if !refresh {
-		return nil, err
-	}
-	m.Reset()
-	return m.DeferredDiscoveryRESTMapper.RESTMapping(gk, versions...)
 }

@@ -70,9 +70,9 @@ type Config struct {
 	// and authorization, has none.
 	Authorizer authorizer.Authorizer
 	// RESTMapper maps the kind a Profile collects to its resource in the
-	// host cluster, for the `list` check; NewHostRESTMapper builds one that
-	// refreshes discovery on a miss. Nil (no host cluster) skips the `list`
-	// check.
+	// host cluster, for the `list` check: the server passes the
+	// kindmapper.Mapper it shares with the collector, which refreshes
+	// discovery on a miss. Nil (no host cluster) skips the `list` check.
 	RESTMapper meta.RESTMapper
 	// TenantMode rejects creating and updating ClusterTargets,
 	// ClusterInventories and ClusterScopes (--tenant-mode).
