@@ -24,7 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
-	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	"kollect.dev/kollect/pkg/tenancy"
 	"kollect.dev/kollect/test/bench/load"
 	"kollect.dev/kollect/test/collectenv"
 )

@@ -34,7 +34,8 @@ import (
 	generatedopenapi "kollect.dev/kollect/pkg/generated/openapi"
 	"kollect.dev/kollect/pkg/netguard"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
-	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	tenancyadmission "kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 // DefaultEtcdPrefix is where objects live in etcd.
@@ -213,7 +214,7 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	checks := tenancy.Config{TenantMode: o.TenantMode, Quotas: o.Quotas}
+	checks := tenancyadmission.Config{TenantMode: o.TenantMode, Quotas: o.Quotas}
 	if o.Recommended.Authorization != nil {
 		// The `use`, `get` and `list` checks ask the delegated authorizer,
 		// as for every request (system:masters, the loopback client

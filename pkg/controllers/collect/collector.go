@@ -56,7 +56,7 @@ import (
 	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/kindmapper"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
-	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 const (

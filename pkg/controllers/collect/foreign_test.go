@@ -30,7 +30,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/extract"
 	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
-	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 // fakeItems is an itemStore in memory; onPut runs inside put, after the

@@ -58,7 +58,7 @@ import (
 	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/netguard"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
-	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 // loopbackQPS and loopbackBurst limit the controller's requests to its own
