@@ -306,7 +306,7 @@ func (o *Options) Run(ctx context.Context) error {
 			Collect: collect.Config{Items: srv.Items, ClusterItems: srv.ClusterItems, Authorizer: authz, TenantMode: o.TenantMode, Quotas: o.Quotas,
 				Informers: srv.ListWatches, Mapper: srv.KindMapper},
 			Export: export.Config{StateDir: stateDir, FileSinkRoot: fileSinkRoot, AllowLocalGitSinks: o.AllowLocalGitSinks, Authorizer: authz, TenantMode: o.TenantMode, Dialer: cfg.ExtraConfig.Registry.SinkDialer,
-				SinkExports: srv.SinkExports, FirstEntries: srv.FirstEntries, Informers: srv.ListWatches},
+				SinkExports: srv.SinkExports, FirstEntries: &srv.FirstEntries.Slot, Informers: srv.ListWatches},
 		})
 	}
 	if o.afterConfig != nil {
