@@ -19,6 +19,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect/install"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/itemstore"
+	"kollect.dev/kollect/pkg/kindmapper"
 	"kollect.dev/kollect/pkg/registry/kollect/clusterinventory"
 	"kollect.dev/kollect/pkg/registry/kollect/clusterinventoryitem"
 	"kollect.dev/kollect/pkg/registry/kollect/clusterscope"
@@ -55,10 +56,11 @@ type ExtraConfig struct {
 	// Registry configures the strategies. Registry.Tenancy.Authorizer is
 	// the authorizer of the `use` and `list` checks: the command passes the
 	// server's delegated authorizer. Registry.Tenancy.RESTMapper defaults
-	// to the host cluster's discovery. Without an authorizer the `use` and
-	// `list` checks are skipped, without a mapper the `list` check is: only
-	// the in-process test server, which runs without authorization and
-	// without a host cluster, lacks them (its tests plug their own).
+	// to Server.KindMapper, the host cluster's discovery. Without an
+	// authorizer the `use` and `list` checks are skipped, without a mapper
+	// the `list` check is: only the in-process test server, which runs
+	// without authorization and without a host cluster, lacks them (its
+	// tests plug their own).
 	Registry common.Options
 }
 
@@ -97,6 +99,10 @@ type Server struct {
 	// ListWatches list and watch the resources in process, for the
 	// controllers' informers.
 	ListWatches *ListWatches
+	// KindMapper maps kinds to the host cluster's resources, for the
+	// registry's `list` check of targets and for the collector: one
+	// discovery cache, refreshed for both. Nil without a host cluster.
+	KindMapper *kindmapper.Mapper
 }
 
 // New builds the server and installs the kollect.dev/v1alpha1 resources.
@@ -107,9 +113,12 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	s := &Server{GenericAPIServer: generic}
 	opts := c.extra.Registry
-	if opts.Tenancy.RESTMapper == nil && c.host != nil {
-		if opts.Tenancy.RESTMapper, err = tenancy.NewHostRESTMapper(c.host); err != nil {
+	if c.host != nil {
+		if s.KindMapper, err = kindmapper.ForHost(c.host); err != nil {
 			return nil, fmt.Errorf("host cluster discovery: %w", err)
+		}
+		if opts.Tenancy.RESTMapper == nil {
+			opts.Tenancy.RESTMapper = s.KindMapper
 		}
 	}
 	storage, err := s.buildStorage(c.generic.RESTOptionsGetter, opts)

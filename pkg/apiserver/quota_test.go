@@ -14,7 +14,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/apiserver/testserver"
 	v1alpha1client "kollect.dev/kollect/pkg/generated/clientset/versioned/typed/kollect/v1alpha1"
-	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 func quotaTarget(name string) *v1alpha1.Target {

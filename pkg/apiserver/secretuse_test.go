@@ -10,7 +10,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	typed "kollect.dev/kollect/pkg/generated/clientset/versioned/typed/kollect/v1alpha1"
-	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 // TestSinkSecretUse: a sink's Secret needs `get` for the user who sets it,

@@ -26,7 +26,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/cmd/server"
-	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	"kollect.dev/kollect/pkg/tenancy"
 	"kollect.dev/kollect/test/bench/load"
 	"kollect.dev/kollect/test/collectenv"
 )

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
-	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 // TestQuotaEscalate: a namespace admin (the built-in admin role, which

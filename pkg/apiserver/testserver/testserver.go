@@ -27,7 +27,7 @@ import (
 	"kollect.dev/kollect/pkg/cmd/server"
 	"kollect.dev/kollect/pkg/embeddedetcd"
 	"kollect.dev/kollect/pkg/generated/clientset/versioned"
-	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 // Server is a running in-process kollect-apiserver.

@@ -34,7 +34,8 @@ import (
 	generatedopenapi "kollect.dev/kollect/pkg/generated/openapi"
 	"kollect.dev/kollect/pkg/netguard"
 	"kollect.dev/kollect/pkg/registry/kollect/common"
-	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	tenancyadmission "kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 // DefaultEtcdPrefix is where objects live in etcd.
@@ -213,7 +214,7 @@ func (o *Options) Config() (*apiserver.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	checks := tenancy.Config{TenantMode: o.TenantMode, Quotas: o.Quotas}
+	checks := tenancyadmission.Config{TenantMode: o.TenantMode, Quotas: o.Quotas}
 	if o.Recommended.Authorization != nil {
 		// The `use`, `get` and `list` checks ask the delegated authorizer,
 		// as for every request (system:masters, the loopback client
@@ -303,9 +304,9 @@ func (o *Options) Run(ctx context.Context) error {
 		}
 		o.Controllers.Install(srv.GenericAPIServer, host, leader.Configs{
 			Collect: collect.Config{Items: srv.Items, ClusterItems: srv.ClusterItems, Authorizer: authz, TenantMode: o.TenantMode, Quotas: o.Quotas,
-				Informers: srv.ListWatches},
+				Informers: srv.ListWatches, Mapper: srv.KindMapper},
 			Export: export.Config{StateDir: stateDir, FileSinkRoot: fileSinkRoot, AllowLocalGitSinks: o.AllowLocalGitSinks, Authorizer: authz, TenantMode: o.TenantMode, Dialer: cfg.ExtraConfig.Registry.SinkDialer,
-				SinkExports: srv.SinkExports, FirstEntries: srv.FirstEntries, Informers: srv.ListWatches},
+				SinkExports: srv.SinkExports, FirstEntries: &srv.FirstEntries.Slot, Informers: srv.ListWatches},
 		})
 	}
 	if o.afterConfig != nil {

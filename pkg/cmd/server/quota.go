@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"kollect.dev/kollect/pkg/apis/kollect/validation"
-	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 // addQuotaFlags registers the --default-max-* flags: the quotas of

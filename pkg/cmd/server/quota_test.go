@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 // TestQuotaFlags: the --default-max-* flags default to

@@ -36,13 +36,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -59,7 +57,8 @@ import (
 	kollectinformers "kollect.dev/kollect/pkg/generated/informers/externalversions"
 	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/itemstore"
-	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	"kollect.dev/kollect/pkg/kindmapper"
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 const (
@@ -77,9 +76,6 @@ const (
 	// timeOnlyReportInterval is how often a report whose only change is
 	// lastChangeTime is written.
 	timeOnlyReportInterval = 30 * time.Second
-	// mapperRefreshInterval is the least time between two discovery
-	// refreshes caused by unknown kinds.
-	mapperRefreshInterval = 2 * time.Second
 	// kindRetryMin and kindRetryMax bound the retries of a target whose
 	// kind is not served (yet).
 	kindRetryMin, kindRetryMax = 2 * time.Second, 30 * time.Second
@@ -104,6 +100,10 @@ type Config struct {
 	Host *rest.Config
 	// Loopback reaches this server: Profiles, Targets, ClusterTargets.
 	Loopback *rest.Config
+	// Mapper resolves the kinds Profiles collect through the host
+	// cluster's discovery, refreshed on a miss; the server shares it with
+	// the registry's `list` check.
+	Mapper *kindmapper.Mapper
 	// Items and ClusterItems are where items are stored (the registry's
 	// etcd, written directly).
 	Items, ClusterItems *itemstore.Store
@@ -154,10 +154,7 @@ type Collector struct {
 	// hostJSON reads the collected kinds as JSON (source.ListWatch).
 	hostJSON rest.Interface
 	kollect  versioned.Interface
-	mapper   *restmapper.DeferredDiscoveryRESTMapper
-
-	mapperMu    sync.Mutex
-	mapperReset time.Time
+	mapper   *kindmapper.Mapper
 
 	itemStore, clusterItemStore itemStore
 
@@ -261,8 +258,8 @@ type targetConfig struct {
 
 // New builds a collector; Run starts it.
 func New(cfg Config) (*Collector, error) {
-	if cfg.Host == nil || cfg.Loopback == nil || cfg.Items == nil || cfg.ClusterItems == nil {
-		return nil, errors.New("the collector needs the host and loopback configurations and both item writers")
+	if cfg.Host == nil || cfg.Loopback == nil || cfg.Mapper == nil || cfg.Items == nil || cfg.ClusterItems == nil {
+		return nil, errors.New("the collector needs the host and loopback configurations, the kind mapper and both item writers")
 	}
 	if cfg.ResyncPeriod <= 0 {
 		cfg.ResyncPeriod = DefaultResyncPeriod
@@ -298,7 +295,7 @@ func New(cfg Config) (*Collector, error) {
 		kube:      kube,
 		hostJSON:  hostJSON,
 		kollect:   kc,
-		mapper:    restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery())),
+		mapper:    cfg.Mapper,
 		state:     map[targetKey]*target{},
 		informers: map[schema.GroupVersionResource]*gvrInformer{},
 		usage:     map[string]*quotaUsage{},
@@ -613,27 +610,6 @@ func errorClass(err error) string {
 	}
 }
 
-// restMapping resolves a kind through discovery. The discovery cache is
-// refreshed on a miss (at most every mapperRefreshInterval), so kinds
-// installed later (CRDs, aggregated APIs) are found.
-func (c *Collector) restMapping(gvk schema.GroupVersionKind) (*meta.RESTMapping, error) {
-	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err == nil || !meta.IsNoMatchError(err) {
-		return m, err
-	}
-	c.mapperMu.Lock()
-	refresh := time.Since(c.mapperReset) >= mapperRefreshInterval
-	if refresh {
-		c.mapperReset = time.Now()
-	}
-	c.mapperMu.Unlock()
-	if !refresh {
-		return nil, err
-	}
-	c.mapper.Reset()
-	return c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-}
-
 // stateLocked returns the state of a target, creating it. The caller holds c.mu.
 func (c *Collector) stateLocked(key targetKey) *target {
 	t := c.state[key]
@@ -783,7 +759,7 @@ func (c *Collector) configure(v *view, prev *targetConfig) (cfg *targetConfig, r
 	}
 	g := p.Spec.TargetGVK
 	gvk := schema.GroupVersionKind{Group: g.Group, Version: g.Version, Kind: g.Kind}
-	mapping, err := c.restMapping(gvk)
+	mapping, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if meta.IsNoMatchError(err) {
 		return nil, kollect.ReasonKindNotFound, fmt.Sprintf("the cluster does not serve %s", gvkString(gvk)), nil
 	}

@@ -31,7 +31,7 @@ import (
 	"kollect.dev/kollect/pkg/controllers/source"
 	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/itemstore"
-	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 // fakeItems is an itemStore in memory; onPut runs inside put, after the

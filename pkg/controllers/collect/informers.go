@@ -4,7 +4,6 @@ import (
 	"context"
 	"maps"
 	"sync/atomic"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -110,10 +109,7 @@ func (c *Collector) startInformerLocked(e *gvrInformer) {
 		if apierrors.IsNotFound(err) && e.gone.CompareAndSwap(false, true) {
 			// The reflector would retry forever against a resource that no
 			// longer exists; its targets find out and report KindNotFound.
-			c.mapperMu.Lock()
 			c.mapper.Reset()
-			c.mapperReset = time.Now()
-			c.mapperMu.Unlock()
 			c.mu.Lock()
 			for key := range e.users {
 				c.targetQueue.Add(key)

@@ -9,7 +9,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
-	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 // Quotas on items (DESIGN.md §10): the Targets of a namespace hold at most

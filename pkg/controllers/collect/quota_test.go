@@ -10,7 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
-	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 // quotaCollector is a collector with its index and queues only: what the

@@ -14,7 +14,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/finalizers"
 	"kollect.dev/kollect/pkg/controllers/source"
-	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 // Finalizer keeps a Target or ClusterTarget until the collector has deleted

@@ -52,13 +52,13 @@ import (
 	"kollect.dev/kollect/pkg/controllers/finalizers"
 	"kollect.dev/kollect/pkg/controllers/informers"
 	"kollect.dev/kollect/pkg/controllers/metrics"
+	"kollect.dev/kollect/pkg/firstentries"
 	applyv1alpha1 "kollect.dev/kollect/pkg/generated/applyconfiguration/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/generated/clientset/versioned"
 	kollectinformers "kollect.dev/kollect/pkg/generated/informers/externalversions"
 	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/netguard"
-	"kollect.dev/kollect/pkg/registry/kollect/common"
-	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 // loopbackQPS and loopbackBurst limit the controller's requests to its own
@@ -122,7 +122,7 @@ type Config struct {
 	// FirstEntries, when set, is offered the controller (once its caches
 	// are synced, until it stops) to give new inventories the entries it
 	// knows at once (firstentries.go).
-	FirstEntries *common.FirstEntries
+	FirstEntries *firstentries.Slot
 	// Informers, when set, list and watch this server's kinds in process
 	// (the loopback client otherwise).
 	Informers informers.Source

@@ -9,10 +9,10 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/apis/kollect/validation"
-	"kollect.dev/kollect/pkg/registry/kollect/common"
+	"kollect.dev/kollect/pkg/firstentries"
 )
 
-var _ common.FirstEntrySource = (*Controller)(nil)
+var _ firstentries.Source = (*Controller)(nil)
 
 // FirstEntries returns the entries the exporters of a new inventory would
 // write on their first run because its sink is not in the cache

@@ -3,7 +3,6 @@ package common
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +13,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/firstentries"
 )
 
 // FirstEntries lets the running export controller give a new inventory the
@@ -40,8 +40,12 @@ import (
 // Without a source (a replica that does not lead, a controller whose
 // caches are not synced yet or that is stopping) a new inventory starts
 // with no entries and its exporters write them, as they always could.
+//
+// The export controller offers itself in the embedded Slot
+// (pkg/firstentries), which it shares with the registry without importing
+// it.
 type FirstEntries struct {
-	source atomic.Pointer[offered]
+	firstentries.Slot
 	// sinks reads the sinks through their storage, by family.
 	sinks map[v1alpha1.SinkFamily]rest.Getter
 }
@@ -50,38 +54,12 @@ type FirstEntries struct {
 // storage is built, before it serves.
 func (f *FirstEntries) ReadSinksWith(sinks map[v1alpha1.SinkFamily]rest.Getter) { f.sinks = sinks }
 
-// offered boxes a source so that only the offer that set it withdraws it.
-type offered struct{ FirstEntrySource }
-
-// FirstEntrySource is the export controller's side of FirstEntries.
-type FirstEntrySource interface {
-	// FirstEntries returns the entries of a new inventory, a v1alpha1
-	// Inventory or ClusterInventory as the create will store it
-	// (generation 1, no status yet).
-	FirstEntries(obj metav1.Object) []v1alpha1.SinkExportStatus
-	// Created is given the stored inventory, whose entries are those
-	// FirstEntries gave: it emits the Warning Events the exporters would
-	// have emitted on writing them.
-	Created(obj metav1.Object)
-}
-
-// Offer makes s the source of first entries until the returned withdraw
-// is called.
-func (f *FirstEntries) Offer(s FirstEntrySource) (withdraw func()) {
-	box := &offered{s}
-	f.source.Store(box)
-	return func() { f.source.CompareAndSwap(box, nil) }
-}
-
-// Source returns the source offered, nil when none is.
-func (f *FirstEntries) Source() FirstEntrySource {
+// offeredSource returns the source offered, nil when none is or f is nil.
+func (f *FirstEntries) offeredSource() firstentries.Source {
 	if f == nil {
 		return nil
 	}
-	if box := f.source.Load(); box != nil {
-		return box.FirstEntrySource
-	}
-	return nil
+	return f.Source()
 }
 
 // Entries returns the first entries of obj, an inventory of the internal
@@ -90,7 +68,7 @@ func (f *FirstEntries) Source() FirstEntrySource {
 // allowed says the create is valid and admitted and the requesting user
 // may read the inventory. Without a source it returns none.
 func (f *FirstEntries) Entries(ctx context.Context, scheme *runtime.Scheme, obj, versioned runtime.Object, allowed func(context.Context) bool) []kollect.SinkExportStatus {
-	src := f.Source()
+	src := f.offeredSource()
 	if src == nil || !allowed(ctx) {
 		return nil
 	}
@@ -137,7 +115,7 @@ func (f *FirstEntries) missing(ctx context.Context, family v1alpha1.SinkFamily, 
 // Created tells the source of a stored inventory that started with first
 // entries, converted by scheme into versioned.
 func (f *FirstEntries) Created(scheme *runtime.Scheme, obj, versioned runtime.Object) {
-	src := f.Source()
+	src := f.offeredSource()
 	if src == nil {
 		return
 	}

@@ -4,36 +4,16 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
-)
-
-// VerbUse is the custom verb a user needs on a Profile or sink to reference it.
-const VerbUse = "use"
-
-// referenced is a kind that other objects reference, and is checked with `use`.
-type referenced struct {
-	kind, resource string
-}
-
-var (
-	profiles      = referenced{"Profile", "profiles"}
-	snapshotSinks = referenced{"SnapshotSink", "snapshotsinks"}
-	databaseSinks = referenced{"DatabaseSink", "databasesinks"}
-	eventSinks    = referenced{"EventSink", "eventsinks"}
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 // authorize asks whether the user of the request may do attrs. On a denial
@@ -69,33 +49,20 @@ func userName(ctx context.Context) string {
 }
 
 // checkUse requires `use` on the referenced object namespace/name.
-func (c *Checker) checkUse(ctx context.Context, v *verdict, r referenced, namespace, name string, path *field.Path) {
+func (c *Checker) checkUse(ctx context.Context, v *verdict, r tenancy.Referenced, namespace, name string, path *field.Path) {
 	if c.cfg.Authorizer == nil {
 		return
 	}
-	ok, why := c.authorize(ctx, useAttributes(r, namespace, name))
+	ok, why := c.authorize(ctx, tenancy.UseAttributes(r, namespace, name))
 	if ok {
 		return
 	}
 	msg := fmt.Sprintf("%s: user %q may not use %s %q in namespace %q: referencing it needs the verb %q on %s.%s %q in namespace %q",
-		path, userName(ctx), r.kind, name, namespace, VerbUse, r.resource, kollect.GroupName, name, namespace)
+		path, userName(ctx), r.Kind, name, namespace, tenancy.VerbUse, r.Resource, kollect.GroupName, name, namespace)
 	if why != "" {
 		msg += " (" + why + ")"
 	}
 	v.denied = append(v.denied, msg)
-}
-
-// useAttributes asks for `use` on one Profile or sink.
-func useAttributes(r referenced, namespace, name string) authorizer.AttributesRecord {
-	return authorizer.AttributesRecord{
-		Verb:            VerbUse,
-		Namespace:       namespace,
-		APIGroup:        kollect.GroupName,
-		APIVersion:      v1alpha1.SchemeGroupVersion.Version,
-		Resource:        r.resource,
-		Name:            name,
-		ResourceRequest: true,
-	}
 }
 
 // MayGet reports whether the user of the request may get one of this
@@ -117,43 +84,12 @@ func (c *Checker) MayGet(ctx context.Context, resource, namespace, name string) 
 	return ok
 }
 
-// Secrets a sink uses are read on the authority of the user recorded on
-// the sink, who must be allowed to read them; exports on the authority of
-// the inventory's requester, who must be allowed to read the items.
-var (
-	secretsResource = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
-	itemsResource   = kollect.Resource("inventoryitems").WithVersion(v1alpha1.SchemeGroupVersion.Version)
-	// clusterItemsResource are the items a ClusterInventory exports.
-	clusterItemsResource = kollect.Resource("clusterinventoryitems").WithVersion(v1alpha1.SchemeGroupVersion.Version)
-)
-
-// getSecretAttributes asks for `get` on one Secret.
-func getSecretAttributes(namespace, name string) authorizer.AttributesRecord {
-	return authorizer.AttributesRecord{
-		Verb:            "get",
-		Namespace:       namespace,
-		APIVersion:      secretsResource.Version,
-		Resource:        secretsResource.Resource,
-		Name:            name,
-		ResourceRequest: true,
-	}
-}
-
-// itemsOf is the item resource an inventory exports: inventoryitems in its
-// namespace, or clusterinventoryitems (namespace empty) across the cluster.
-func itemsOf(namespace string) schema.GroupVersionResource {
-	if namespace == "" {
-		return clusterItemsResource
-	}
-	return itemsResource
-}
-
 // checkSecret requires `get` on the Secret a sink uses.
 func (c *Checker) checkSecret(ctx context.Context, v *verdict, namespace, name string, path *field.Path) {
 	if c.cfg.Authorizer == nil {
 		return
 	}
-	ok, why := c.authorize(ctx, getSecretAttributes(namespace, name))
+	ok, why := c.authorize(ctx, tenancy.GetSecretAttributes(namespace, name))
 	if ok {
 		return
 	}
@@ -171,38 +107,17 @@ func (c *Checker) checkItems(ctx context.Context, v *verdict, namespace string) 
 	if c.cfg.Authorizer == nil {
 		return
 	}
-	gvr := itemsOf(namespace)
-	ok, why := c.authorize(ctx, listAttributes(gvr, namespace))
+	gvr := tenancy.ItemsOf(namespace)
+	ok, why := c.authorize(ctx, tenancy.ListAttributes(gvr, namespace))
 	if ok {
 		return
 	}
 	msg := fmt.Sprintf("%s: user %q may not list %s %s: an inventory exports only items its user may read, which needs the verb %q on %s %s",
-		specPath, userName(ctx), resourceString(gvr), where(namespace), "list", resourceString(gvr), where(namespace))
+		specPath, userName(ctx), tenancy.ResourceString(gvr), tenancy.Where(namespace), "list", tenancy.ResourceString(gvr), tenancy.Where(namespace))
 	if why != "" {
 		msg += " (" + why + ")"
 	}
 	v.denied = append(v.denied, msg)
-}
-
-// where names a namespace, or the cluster when it is empty.
-func where(namespace string) string {
-	if namespace == "" {
-		return "across the cluster (all namespaces)"
-	}
-	return fmt.Sprintf("in namespace %q", namespace)
-}
-
-// listAttributes asks for `list` of a resource in a namespace, or across
-// the cluster when namespace is empty.
-func listAttributes(gvr schema.GroupVersionResource, namespace string) authorizer.AttributesRecord {
-	return authorizer.AttributesRecord{
-		Verb:            "list",
-		Namespace:       namespace,
-		APIGroup:        gvr.Group,
-		APIVersion:      gvr.Version,
-		Resource:        gvr.Resource,
-		ResourceRequest: true,
-	}
 }
 
 // listChecks tells whether the `list` check of targets runs.
@@ -228,12 +143,12 @@ func (c *Checker) checkList(ctx context.Context, v *verdict, target string, p *k
 	if mapping.Scope.Name() != meta.RESTScopeNameNamespace {
 		namespace = ""
 	}
-	ok, why := c.authorize(ctx, listAttributes(mapping.Resource, namespace))
+	ok, why := c.authorize(ctx, tenancy.ListAttributes(mapping.Resource, namespace))
 	if ok {
 		return nil
 	}
 	msg := fmt.Sprintf("%s: user %q may not list %s %s, which Profile %s/%s collects (%s): a %s collects only what the user creating it may list",
-		path, userName(ctx), resourceString(mapping.Resource), where(namespace), p.Namespace, p.Name, gvkString(gvk), target)
+		path, userName(ctx), tenancy.ResourceString(mapping.Resource), tenancy.Where(namespace), p.Namespace, p.Name, gvkString(gvk), target)
 	if why != "" {
 		msg += " (" + why + ")"
 	}
@@ -246,60 +161,4 @@ func gvkString(gvk kollect.GroupVersionKind) string {
 		return gvk.Version + " " + gvk.Kind
 	}
 	return gvk.Group + "/" + gvk.Version + " " + gvk.Kind
-}
-
-func resourceString(r schema.GroupVersionResource) string {
-	if r.Group == "" {
-		return r.Resource
-	}
-	return r.Resource + "." + r.Group
-}
-
-// mapperRefreshInterval is the least time between two discovery refreshes
-// caused by misses, so that a flood of unknown kinds cannot hammer discovery.
-const mapperRefreshInterval = 2 * time.Second
-
-// NewHostRESTMapper maps kinds to resources through the host cluster's
-// discovery, cached in memory and refreshed on a miss (at most every two
-// seconds), so a kind whose CRD was just installed resolves without a
-// restart.
-func NewHostRESTMapper(host *rest.Config) (meta.RESTMapper, error) {
-	dc, err := discovery.NewDiscoveryClientForConfig(rest.CopyConfig(host))
-	if err != nil {
-		return nil, err
-	}
-	return NewRefreshingRESTMapper(dc), nil
-}
-
-// NewRefreshingRESTMapper is NewHostRESTMapper over any discovery client.
-func NewRefreshingRESTMapper(dc discovery.DiscoveryInterface) meta.RESTMapper {
-	return &refreshingMapper{DeferredDiscoveryRESTMapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))}
-}
-
-// refreshingMapper resets the discovery cache when a kind is missing.
-// DeferredDiscoveryRESTMapper alone does not: once its cache is filled it
-// answers misses from it until something resets it.
-type refreshingMapper struct {
-	*restmapper.DeferredDiscoveryRESTMapper
-	mu        sync.Mutex
-	lastReset time.Time
-}
-
-// RESTMapping resolves a kind, refreshing discovery once on a miss.
-func (m *refreshingMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*meta.RESTMapping, error) {
-	mapping, err := m.DeferredDiscoveryRESTMapper.RESTMapping(gk, versions...)
-	if err == nil || !meta.IsNoMatchError(err) {
-		return mapping, err
-	}
-	m.mu.Lock()
-	refresh := time.Since(m.lastReset) >= mapperRefreshInterval
-	if refresh {
-		m.lastReset = time.Now()
-	}
-	m.mu.Unlock()
-	if !refresh {
-		return nil, err
-	}
-	m.Reset()
-	return m.DeferredDiscoveryRESTMapper.RESTMapping(gk, versions...)
 }

@@ -9,16 +9,22 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/utils/ptr"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/tenancy"
 )
+
+func scope(name string, spec kollect.ScopeSpec) kollect.Scope {
+	return kollect.Scope{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team-a"}, Spec: spec}
+}
 
 // escalator answers `escalate` on scopes in team-a for jane alone.
 func escalator() *answers {
 	return &answers{allow: func(a authorizer.Attributes) bool {
-		return a.GetUser().GetName() == "jane" && a.GetVerb() == VerbEscalate
+		return a.GetUser().GetName() == "jane" && a.GetVerb() == tenancy.VerbEscalate
 	}}
 }
 
@@ -26,7 +32,7 @@ func escalator() *answers {
 // default needs `escalate` on scopes, asked for exactly that Scope; a value
 // at or under the default, or any value where the default is 0, does not.
 func TestScopeQuotaEscalate(t *testing.T) {
-	d := Quotas{MaxTargets: 100, MaxInventories: 0, MaxSinks: 100, MaxItems: 100_000, MaxItemBytes: 64 << 10}
+	d := tenancy.Quotas{MaxTargets: 100, MaxInventories: 0, MaxSinks: 100, MaxItems: 100_000, MaxItemBytes: 64 << 10}
 	authz := escalator()
 	c := New(Config{Authorizer: authz, Quotas: d})
 	admission := c.Scopes()
@@ -43,7 +49,7 @@ func TestScopeQuotaEscalate(t *testing.T) {
 		}
 	}
 	got := authz.asked[len(authz.asked)-1]
-	if got.GetVerb() != VerbEscalate || got.GetAPIGroup() != kollect.GroupName || got.GetResource() != "scopes" ||
+	if got.GetVerb() != tenancy.VerbEscalate || got.GetAPIGroup() != kollect.GroupName || got.GetResource() != "scopes" ||
 		got.GetNamespace() != "team-a" || got.GetName() != "limits" || !got.IsResourceRequest() || got.GetUser().GetName() != "bob" {
 		t.Errorf("asked %+v as %q, want escalate on scopes team-a/limits as bob", got, got.GetUser().GetName())
 	}
@@ -79,7 +85,9 @@ func TestScopeQuotaEscalate(t *testing.T) {
 		t.Errorf("Scopes at or under the defaults asked the authorizer %d times, want none", n)
 	}
 
-	failing := New(Config{Quotas: d, Authorizer: &recordingAuthorizer{decision: authorizer.DecisionNoOpinion, err: errors.New("connection refused")}})
+	failing := New(Config{Quotas: d, Authorizer: authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+		return authorizer.DecisionNoOpinion, "RBAC: no binding", errors.New("connection refused")
+	})})
 	if err := failing.Scopes().AdmitCreate(asUser("jane"), &raised); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("an authorizer that cannot answer: %v, want 403 saying why", err)
 	}
@@ -92,7 +100,7 @@ func TestScopeQuotaEscalate(t *testing.T) {
 // above the default needs `escalate`, and the 403 names exactly those
 // fields; lowering, keeping, or unsetting a quota an operator raised does not.
 func TestScopeQuotaEscalateRatchet(t *testing.T) {
-	d := Quotas{MaxTargets: 100, MaxSinks: 100, MaxItems: 100_000, MaxItemBytes: 64 << 10}
+	d := tenancy.Quotas{MaxTargets: 100, MaxSinks: 100, MaxItems: 100_000, MaxItemBytes: 64 << 10}
 	c := New(Config{Authorizer: escalator(), Quotas: d})
 	items := func(v *int64) kollect.Scope { return scope("limits", kollect.ScopeSpec{MaxItems: v}) }
 	for _, tc := range []struct {
@@ -123,10 +131,10 @@ func TestScopeQuotaEscalateRatchet(t *testing.T) {
 		} else if !apierrors.IsForbidden(err) {
 			t.Errorf("%s: bob: %v, want 403", tc.name, err)
 		} else {
-			for _, f := range quotaFields {
-				named := strings.Contains(err.Error(), "spec."+f.field+":")
-				if named != slices.Contains(tc.refused, f.field) {
-					t.Errorf("%s: the 403 names spec.%s: %v, want %v: %v", tc.name, f.field, named, !named, err)
+			for _, f := range tenancy.QuotaFields {
+				named := strings.Contains(err.Error(), "spec."+f.Name+":")
+				if named != slices.Contains(tc.refused, f.Name) {
+					t.Errorf("%s: the 403 names spec.%s: %v, want %v: %v", tc.name, f.Name, named, !named, err)
 				}
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 // TenantModeMessage explains a rejection in tenant mode.
@@ -30,7 +31,7 @@ func (c *Checker) Profiles() Admission {
 			return err
 		}
 		v := newVerdict("profiles", "Profile", p.Name)
-		v.invalidate(ls.checkKind(p.Spec.TargetGVK, specPath.Child("targetGVK")))
+		v.invalidate(ls.CheckKind(p.Spec.TargetGVK, specPath.Child("targetGVK")))
 		return v.result(ctx)
 	}}
 }
@@ -45,12 +46,12 @@ func (c *Checker) Targets() Admission {
 	admit := func(ctx context.Context, t *kollect.Target) error {
 		v := newVerdict("targets", "Target", t.Name)
 		namePath := profileRefPath.Child("name")
-		c.checkUse(ctx, v, profiles, t.Namespace, t.Spec.ProfileRef.Name, namePath)
+		c.checkUse(ctx, v, tenancy.Profiles, t.Namespace, t.Spec.ProfileRef.Name, namePath)
 		ls, err := c.scopes(ctx, t.Namespace)
 		if err != nil {
 			return err
 		}
-		if c.listChecks() || ls.restrictsKinds() {
+		if c.listChecks() || ls.RestrictsKinds() {
 			p, err := c.resolveProfile(ctx, v, t.Namespace, t.Spec.ProfileRef.Name, namePath)
 			if err != nil {
 				return err
@@ -61,7 +62,7 @@ func (c *Checker) Targets() Admission {
 						return err
 					}
 				}
-				v.invalidate(ls.checkKind(p.Spec.TargetGVK, namePath))
+				v.invalidate(ls.CheckKind(p.Spec.TargetGVK, namePath))
 			}
 		}
 		return v.result(ctx)
@@ -90,14 +91,14 @@ func (c *Checker) ClusterTargets() Admission {
 		v := newVerdict("clustertargets", "ClusterTarget", t.Name)
 		ref := t.Spec.ProfileRef
 		namePath := profileRefPath.Child("name")
-		c.checkUse(ctx, v, profiles, ref.Namespace, ref.Name, namePath)
+		c.checkUse(ctx, v, tenancy.Profiles, ref.Namespace, ref.Name, namePath)
 		ls, err := c.clusterScopes(ctx)
 		if err != nil {
 			return err
 		}
-		v.invalidate(ls.checkReferenceNamespace(ref.Namespace, profileRefPath.Child("namespace")))
-		v.invalidate(ls.checkCollectNamespaces(t.Spec.IncludeNamespaces, t.Spec.ExcludeNamespaces)...)
-		if c.listChecks() || ls.restrictsKinds() {
+		v.invalidate(ls.CheckReferenceNamespace(ref.Namespace, profileRefPath.Child("namespace")))
+		v.invalidate(ls.CheckCollectNamespaces(t.Spec.IncludeNamespaces, t.Spec.ExcludeNamespaces)...)
+		if c.listChecks() || ls.RestrictsKinds() {
 			p, err := c.resolveProfile(ctx, v, ref.Namespace, ref.Name, namePath)
 			if err != nil {
 				return err
@@ -108,7 +109,7 @@ func (c *Checker) ClusterTargets() Admission {
 						return err
 					}
 				}
-				v.invalidate(ls.checkKind(p.Spec.TargetGVK, namePath))
+				v.invalidate(ls.CheckKind(p.Spec.TargetGVK, namePath))
 			}
 		}
 		return v.result(ctx)
@@ -144,20 +145,15 @@ func (c *Checker) Inventories() Admission {
 	}
 	admit := func(ctx context.Context, inv, old *kollect.Inventory) error {
 		v := newVerdict("inventories", "Inventory", inv.Name)
-		spec := inventorySpec(inv)
 		if old == nil || InventoryReferencesChanged(inv, old) {
-			c.checkSinkUse(ctx, v, spec)
+			c.checkSinkUse(ctx, v, tenancy.InventorySinkRefs(inv))
 			c.checkItems(ctx, v, inv.Namespace)
 		}
 		ls, err := c.scopes(ctx, inv.Namespace)
 		if err != nil {
 			return err
 		}
-		var before violations
-		if old != nil {
-			before = ls.exportViolations(inventorySpec(old))
-		}
-		v.invalidate(ls.exportViolations(spec).newSince(before)...)
+		v.invalidate(ls.CheckInventory(inv, old)...)
 		return v.result(ctx)
 	}
 	return Admission{
@@ -181,20 +177,15 @@ func (c *Checker) ClusterInventories() Admission {
 			return err
 		}
 		v := newVerdict("clusterinventories", "ClusterInventory", inv.Name)
-		spec := clusterInventorySpec(inv)
 		if old == nil || ClusterInventoryReferencesChanged(inv, old) {
-			c.checkSinkUse(ctx, v, spec)
+			c.checkSinkUse(ctx, v, tenancy.ClusterInventorySinkRefs(inv))
 			c.checkItems(ctx, v, "")
 		}
 		ls, err := c.clusterScopes(ctx)
 		if err != nil {
 			return err
 		}
-		var before violations
-		if old != nil {
-			before = ls.exportViolations(clusterInventorySpec(old))
-		}
-		v.invalidate(ls.exportViolations(spec).newSince(before)...)
+		v.invalidate(ls.CheckClusterInventory(inv, old)...)
 		return v.result(ctx)
 	}
 	return Admission{
@@ -215,9 +206,9 @@ func runtimeOrNil(inv *kollect.ClusterInventory) runtime.Object {
 	return inv
 }
 
-func (c *Checker) checkSinkUse(ctx context.Context, v *verdict, spec exportSpec) {
-	for _, r := range spec.refs {
-		c.checkUse(ctx, v, r.family.sink, r.namespace, r.ref.Name, r.path())
+func (c *Checker) checkSinkUse(ctx context.Context, v *verdict, refs []tenancy.SinkRef) {
+	for _, r := range refs {
+		c.checkUse(ctx, v, r.Sink(), r.Namespace, r.Ref.Name, r.Path())
 	}
 }
 
@@ -249,16 +240,15 @@ func Sinks[T SinkObject](c *Checker, resource, kind string, interval func(T) *me
 		if err != nil {
 			return err
 		}
-		var now, before violations
-		ls.checkInterval(&now, "sink", interval(sink), intervalPath)
+		var before *metav1.Duration
 		if old != nil {
-			ls.checkInterval(&before, "sink", interval(*old), intervalPath)
+			before = interval(*old)
 		}
 		v := newVerdict(resource, kind, sink.GetName())
 		if ref := sinkSecretRef(sink); ref != nil && (old == nil || SinkReferencesChanged(sink, *old)) {
 			c.checkSecret(ctx, v, sink.GetNamespace(), ref.Name, specPath.Child("secretRef", "name"))
 		}
-		v.invalidate(now.newSince(before)...)
+		v.invalidate(ls.CheckSinkInterval(interval(sink), before)...)
 		return v.result(ctx)
 	}
 	return Admission{
@@ -304,13 +294,9 @@ func onlyDeletionFieldsChanged(obj, old runtime.Object) bool {
 	return apiequality.Semantic.DeepEqual(prev, obj)
 }
 
-// AnnotationReaffirm is kollect.AnnotationReaffirm, for the messages that
-// tell users how to re-affirm.
-const AnnotationReaffirm = kollect.AnnotationReaffirm
-
-// reaffirmed tells whether an update changes AnnotationReaffirm.
+// reaffirmed tells whether an update changes tenancy.AnnotationReaffirm.
 func reaffirmed(obj, old metav1.Object) bool {
-	return obj.GetAnnotations()[AnnotationReaffirm] != old.GetAnnotations()[AnnotationReaffirm]
+	return obj.GetAnnotations()[tenancy.AnnotationReaffirm] != old.GetAnnotations()[tenancy.AnnotationReaffirm]
 }
 
 // TargetReferencesChanged tells whether an update changes what a Target
@@ -342,7 +328,7 @@ func ClusterTargetReferencesChanged(obj, old *kollect.ClusterTarget) bool {
 func InventoryReferencesChanged(obj, old *kollect.Inventory) bool {
 	return reaffirmed(obj, old) ||
 		!apiequality.Semantic.DeepEqual(obj.Spec.TargetSelector, old.Spec.TargetSelector) ||
-		!sinkSet(inventorySpec(obj)).Equal(sinkSet(inventorySpec(old)))
+		!sinkSet(tenancy.InventorySinkRefs(obj)).Equal(sinkSet(tenancy.InventorySinkRefs(old)))
 }
 
 // ClusterInventoryReferencesChanged is InventoryReferencesChanged for
@@ -352,7 +338,7 @@ func ClusterInventoryReferencesChanged(obj, old *kollect.ClusterInventory) bool 
 	return reaffirmed(obj, old) ||
 		!apiequality.Semantic.DeepEqual(obj.Spec.TargetSelector, old.Spec.TargetSelector) ||
 		!targetNames(obj.Spec.TargetRefs).Equal(targetNames(old.Spec.TargetRefs)) ||
-		!sinkSet(clusterInventorySpec(obj)).Equal(sinkSet(clusterInventorySpec(old)))
+		!sinkSet(tenancy.ClusterInventorySinkRefs(obj)).Equal(sinkSet(tenancy.ClusterInventorySinkRefs(old)))
 }
 
 func targetNames(refs []kollect.LocalObjectReference) sets.Set[string] {
@@ -405,10 +391,10 @@ func sinkSpec(obj runtime.Object) any {
 	return nil
 }
 
-func sinkSet(e exportSpec) sets.Set[string] {
+func sinkSet(refs []tenancy.SinkRef) sets.Set[string] {
 	s := sets.New[string]()
-	for _, r := range e.refs {
-		s.Insert(r.id())
+	for _, r := range refs {
+		s.Insert(r.ID())
 	}
 	return s
 }

@@ -1,38 +1,22 @@
-// Package tenancy holds the admission checks that depend on more than the
-// object being written (DESIGN.md §3):
+// Package tenancy runs the tenancy rules (pkg/tenancy) at admission, in
+// the registry: the checks that depend on more than the object being
+// written (DESIGN.md §3). The Checker reads the Scopes, ClusterScopes and
+// referenced Profiles through the server's own storage, asks the
+// authorizer about the requesting user, counts what the quotas limit
+// (quota.go, ledger.go) and answers as the API does:
 //
-//   - RBAC-native references: creating an object that references a Profile
-//     or a sink, or changing those references, requires the requesting user
-//     to hold the verb `use` on each referenced object, asked of the server's
-//     (delegated) authorizer the way Kubernetes checks `bind` and `escalate`
-//     in pkg/registry/rbac; a Target also requires the user to be allowed to
-//     `list` the kind its Profile collects in its namespace, a ClusterTarget
-//     across the cluster; an Inventory requires `list` on the items it
-//     exports (inventoryitems in its namespace, clusterinventoryitems for a
-//     ClusterInventory), and a sink `get` on the Secret it uses; a Scope
-//     setting a quota above the server's default requires `escalate` on
-//     scopes (quota.go). Denials are 403 Forbidden naming the namespace,
-//     kind, name and verb.
-//   - The tenancy limits of Scopes (per namespace) and ClusterScopes (for the
-//     cluster kinds): allowed kinds, sink allowlists, the export interval
-//     floor, the namespaces cluster kinds may reference and collect from.
-//     Violations are 422 Invalid with a field.Forbidden per offending field,
-//     naming the limit and the Scope.
-//   - --tenant-mode: the cluster-scoped kinds cannot be created or updated.
+//   - a reference the user may not use, list or get, and a quota raised
+//     without `escalate`, is 403 Forbidden naming the namespace, kind, name
+//     and verb; a quota that is full is 403 Forbidden as kube's
+//     ResourceQuota answers;
+//   - a broken Scope or ClusterScope limit is 422 Invalid with a
+//     field.Forbidden per offending field, naming the limit and the Scope;
+//   - --tenant-mode: creating or updating a cluster-scoped kind is 403
+//     Forbidden (kinds.go).
 //
 // The checks run in the registry after the strategy has prepared and
 // validated the object (common.Admission), so they see defaulted, valid
 // objects and the object an update really replaces.
-//
-// Several Scopes in one namespace (or several ClusterScopes) all apply, and
-// the strictest wins: an object must pass every allowlist that is set (the
-// allowlists intersect; an absent or empty list allows everything), the
-// floor is the highest minExportInterval, and denied namespaces add up.
-//
-// Limits are ratcheted on update: a value that already broke a limit before
-// the update (a Scope created after the object, a floor raised later) does
-// not block unrelated changes; only new or changed offending values are
-// rejected. The exporter clamps intervals to the floor in any case.
 package tenancy
 
 import (
@@ -57,6 +41,7 @@ import (
 	"k8s.io/apiserver/pkg/warning"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/tenancy"
 )
 
 // Config is how the server runs the checks.
@@ -70,16 +55,16 @@ type Config struct {
 	// and authorization, has none.
 	Authorizer authorizer.Authorizer
 	// RESTMapper maps the kind a Profile collects to its resource in the
-	// host cluster, for the `list` check; NewHostRESTMapper builds one that
-	// refreshes discovery on a miss. Nil (no host cluster) skips the `list`
-	// check.
+	// host cluster, for the `list` check: the server passes the
+	// kindmapper.Mapper it shares with the collector, which refreshes
+	// discovery on a miss. Nil (no host cluster) skips the `list` check.
 	RESTMapper meta.RESTMapper
 	// TenantMode rejects creating and updating ClusterTargets,
 	// ClusterInventories and ClusterScopes (--tenant-mode).
 	TenantMode bool
 	// Quotas are the defaults of the Scopes' quotas (--default-max-*); the
-	// zero value sets none (quota.go).
-	Quotas Quotas
+	// zero value sets none.
+	Quotas tenancy.Quotas
 }
 
 // Lookups read the server's own storage, in process.
@@ -244,11 +229,10 @@ func (v *verdict) result(ctx context.Context) error {
 var (
 	specPath       = field.NewPath("spec")
 	profileRefPath = specPath.Child("profileRef")
-	intervalPath   = specPath.Child("exportMinInterval")
 )
 
-// scopes are the limits of a namespace, sorted by name.
-func (c *Checker) scopes(ctx context.Context, namespace string) (limits, error) {
+// listScopes lists the Scopes of a namespace.
+func (c *Checker) listScopes(ctx context.Context, namespace string) ([]kollect.Scope, error) {
 	if c.lookups.Scopes == nil {
 		return nil, nil
 	}
@@ -260,11 +244,11 @@ func (c *Checker) scopes(ctx context.Context, namespace string) (limits, error) 
 	if !ok {
 		return nil, fmt.Errorf("listing scopes returned %T", out)
 	}
-	return scopeLimits(list.Items), nil
+	return list.Items, nil
 }
 
-// clusterScopes are the limits of the cluster kinds, sorted by name.
-func (c *Checker) clusterScopes(ctx context.Context) (limits, error) {
+// listClusterScopes lists the ClusterScopes.
+func (c *Checker) listClusterScopes(ctx context.Context) ([]kollect.ClusterScope, error) {
 	if c.lookups.ClusterScopes == nil {
 		return nil, nil
 	}
@@ -276,7 +260,19 @@ func (c *Checker) clusterScopes(ctx context.Context) (limits, error) {
 	if !ok {
 		return nil, fmt.Errorf("listing clusterscopes returned %T", out)
 	}
-	return clusterScopeLimits(list.Items), nil
+	return list.Items, nil
+}
+
+// scopes are the limits of a namespace.
+func (c *Checker) scopes(ctx context.Context, namespace string) (tenancy.Limits, error) {
+	scopes, err := c.listScopes(ctx, namespace)
+	return tenancy.NamespaceLimits(scopes), err
+}
+
+// clusterScopes are the limits of the cluster kinds.
+func (c *Checker) clusterScopes(ctx context.Context) (tenancy.Limits, error) {
+	scopes, err := c.listClusterScopes(ctx)
+	return tenancy.ClusterLimits(scopes), err
 }
 
 // profile reads a referenced Profile.

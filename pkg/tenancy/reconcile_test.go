@@ -138,3 +138,101 @@ func TestMayUseAndList(t *testing.T) {
 		t.Errorf("list allowed: %v", d)
 	}
 }
+
+// TestMayGetSecretAndListItems: the reconcile re-checks of a sink's Secret
+// and of an inventory's items ask exactly get on the one Secret and list on
+// the items of the inventory's scope, for the recorded requester.
+func TestMayGetSecretAndListItems(t *testing.T) {
+	ctx := context.Background()
+	requester := &v1alpha1.RequesterInfo{Username: "jane", UID: "42", Groups: []string{"team-a"}}
+
+	allow := &recordingAuthorizer{decision: authorizer.DecisionAllow}
+	if d, err := MayGetSecret(ctx, allow, requester, "team-a", "hook-token"); d != nil || err != nil {
+		t.Fatalf("allowed: %v %v", d, err)
+	}
+	got := allow.asked[0]
+	if got.GetVerb() != "get" || got.GetAPIGroup() != "" || got.GetResource() != "secrets" || got.GetNamespace() != "team-a" ||
+		got.GetName() != "hook-token" || !got.IsResourceRequest() || got.GetUser().GetName() != "jane" || got.GetUser().GetGroups()[0] != "team-a" {
+		t.Errorf("asked %+v as %+v, want get on secrets team-a/hook-token as jane", got, got.GetUser())
+	}
+
+	deny := &recordingAuthorizer{decision: authorizer.DecisionNoOpinion}
+	d, err := MayGetSecret(ctx, deny, requester, "team-a", "hook-token")
+	if err != nil || d == nil || d.Reason != kollect.ReasonSecretForbidden {
+		t.Fatalf("denied: %v %v, want SecretForbidden", d, err)
+	}
+	for _, want := range []string{`"jane"`, `Secret "hook-token"`, `namespace "team-a"`, `"get"`, "RBAC: no binding"} {
+		if !strings.Contains(d.Message, want) {
+			t.Errorf("the denial should name %s: %s", want, d.Message)
+		}
+	}
+	d, _ = MayGetSecret(ctx, allow, nil, "team-a", "hook-token")
+	if d == nil || d.Reason != kollect.ReasonSecretForbidden || !strings.Contains(d.Message, AnnotationReaffirm) {
+		t.Errorf("a sink without a requester: %v, want SecretForbidden saying how to re-affirm", d)
+	}
+	failing := &recordingAuthorizer{decision: authorizer.DecisionNoOpinion, err: errors.New("connection refused")}
+	if d, err := MayGetSecret(ctx, failing, requester, "team-a", "hook-token"); d != nil || err == nil {
+		t.Errorf("an authorizer that cannot answer: %v %v, want an error to retry", d, err)
+	}
+
+	for _, tc := range []struct {
+		namespace, resource, where string
+	}{
+		{"team-a", "inventoryitems", `in namespace "team-a"`},
+		{"", "clusterinventoryitems", "across the cluster"},
+	} {
+		deny.asked = nil
+		d, err := MayListItems(ctx, deny, requester, tc.namespace)
+		if err != nil || d == nil || d.Reason != kollect.ReasonItemsForbidden || !strings.Contains(d.Message, tc.resource+".kollect.dev "+tc.where) {
+			t.Errorf("%s: %v %v, want ItemsForbidden naming %s %s", tc.resource, d, err, tc.resource, tc.where)
+		}
+		got := deny.asked[0]
+		if got.GetVerb() != "list" || got.GetAPIGroup() != kollect.GroupName || got.GetResource() != tc.resource || got.GetNamespace() != tc.namespace || got.GetName() != "" {
+			t.Errorf("asked %+v, want list %s in %q", got, tc.resource, tc.namespace)
+		}
+		if d, err := MayListItems(ctx, allow, requester, tc.namespace); d != nil || err != nil {
+			t.Errorf("%s allowed: %v %v", tc.resource, d, err)
+		}
+	}
+	if d, _ := MayListItems(ctx, allow, nil, "team-a"); d == nil || d.Reason != kollect.ReasonItemsForbidden {
+		t.Errorf("no requester: %v, want ItemsForbidden", d)
+	}
+}
+
+func TestRequesterExpired(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *v1alpha1.RequesterInfo {
+		return &v1alpha1.RequesterInfo{Username: "jane", RecordedAt: &metav1.Time{Time: now.Add(-d)}}
+	}
+	for name, tc := range map[string]struct {
+		requester *v1alpha1.RequesterInfo
+		maxAge    time.Duration
+		expired   bool
+		mentions  []string
+	}{
+		"off":                     {requester: at(1000 * time.Hour), maxAge: 0},
+		"off without a requester": {maxAge: 0},
+		"recent":                  {requester: at(time.Hour), maxAge: 24 * time.Hour},
+		"exactly max age":         {requester: at(24 * time.Hour), maxAge: 24 * time.Hour},
+		"older":                   {requester: at(25 * time.Hour), maxAge: 24 * time.Hour, expired: true, mentions: []string{`"jane"`, "2026-04-30T11:00:00Z", "--requester-max-age=24h0m0s", AnnotationReaffirm}},
+		"no time recorded":        {requester: &v1alpha1.RequesterInfo{Username: "jane"}, maxAge: time.Hour, expired: true, mentions: []string{"no requester time"}},
+		"no requester":            {maxAge: time.Hour, expired: true, mentions: []string{AnnotationReaffirm}},
+	} {
+		d := RequesterExpired(tc.requester, tc.maxAge, now)
+		if (d != nil) != tc.expired {
+			t.Errorf("%s: %v, want expired %v", name, d, tc.expired)
+			continue
+		}
+		if d == nil {
+			continue
+		}
+		if d.Reason != kollect.ReasonRequesterExpired {
+			t.Errorf("%s: reason %s", name, d.Reason)
+		}
+		for _, m := range tc.mentions {
+			if !strings.Contains(d.Message, m) {
+				t.Errorf("%s: the message should mention %s: %s", name, m, d.Message)
+			}
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 )
 
 // wildcard matches every group or kind in allowedGVKs.
@@ -34,6 +35,38 @@ type limit struct {
 // deterministic. All of them apply at once: the strictest wins.
 type limits []limit
 
+// Limits are the Scopes of one namespace, or the ClusterScopes, as the
+// registry applies them to the objects written and the controllers to the
+// objects that exist. The zero value limits nothing.
+type Limits struct{ ls limits }
+
+// NamespaceLimits are the limits of the Scopes of one namespace.
+func NamespaceLimits(scopes []kollect.Scope) Limits { return Limits{scopeLimits(scopes)} }
+
+// ClusterLimits are the limits of the ClusterScopes.
+func ClusterLimits(scopes []kollect.ClusterScope) Limits {
+	return Limits{clusterScopeLimits(scopes)}
+}
+
+// ScopeLimits are the limits of served Scopes of one namespace, as the
+// controllers' listers hold them.
+func ScopeLimits(list []*v1alpha1.Scope) Limits {
+	scopes := make([]kollect.Scope, len(list))
+	for i, s := range list {
+		_ = v1alpha1.Convert_v1alpha1_Scope_To_kollect_Scope(s, &scopes[i], nil)
+	}
+	return NamespaceLimits(scopes)
+}
+
+// ClusterScopeLimits are the limits of served ClusterScopes.
+func ClusterScopeLimits(list []*v1alpha1.ClusterScope) Limits {
+	scopes := make([]kollect.ClusterScope, len(list))
+	for i, s := range list {
+		_ = v1alpha1.Convert_v1alpha1_ClusterScope_To_kollect_ClusterScope(s, &scopes[i], nil)
+	}
+	return ClusterLimits(scopes)
+}
+
 func scopeLimits(scopes []kollect.Scope) limits {
 	out := make(limits, 0, len(scopes))
 	for _, s := range scopes {
@@ -41,29 +74,30 @@ func scopeLimits(scopes []kollect.Scope) limits {
 			name:        fmt.Sprintf("Scope %q in namespace %q", s.Name, s.Namespace),
 			floor:       s.Spec.MinExportInterval,
 			allowedGVKs: s.Spec.AllowedGVKs,
-			sinks: map[kollect.SinkFamily][]string{
-				kollect.SinkFamilySnapshot: s.Spec.SnapshotSinkRefs,
-				kollect.SinkFamilyDatabase: s.Spec.DatabaseSinkRefs,
-				kollect.SinkFamilyEvent:    s.Spec.EventSinkRefs,
-			},
+			sinks:       sinkAllowlists(s.Spec.SnapshotSinkRefs, s.Spec.DatabaseSinkRefs, s.Spec.EventSinkRefs),
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out
 }
 
+// sinkAllowlists are a Scope's or ClusterScope's sink allowlists, by family.
+func sinkAllowlists(snapshot, database, event []string) map[kollect.SinkFamily][]string {
+	return map[kollect.SinkFamily][]string{
+		kollect.SinkFamilySnapshot: snapshot,
+		kollect.SinkFamilyDatabase: database,
+		kollect.SinkFamilyEvent:    event,
+	}
+}
+
 func clusterScopeLimits(scopes []kollect.ClusterScope) limits {
 	out := make(limits, 0, len(scopes))
 	for _, s := range scopes {
 		out = append(out, limit{
-			name:        fmt.Sprintf("ClusterScope %q", s.Name),
-			floor:       s.Spec.MinExportInterval,
-			allowedGVKs: s.Spec.AllowedGVKs,
-			sinks: map[kollect.SinkFamily][]string{
-				kollect.SinkFamilySnapshot: s.Spec.SnapshotSinkRefs,
-				kollect.SinkFamilyDatabase: s.Spec.DatabaseSinkRefs,
-				kollect.SinkFamilyEvent:    s.Spec.EventSinkRefs,
-			},
+			name:                fmt.Sprintf("ClusterScope %q", s.Name),
+			floor:               s.Spec.MinExportInterval,
+			allowedGVKs:         s.Spec.AllowedGVKs,
+			sinks:               sinkAllowlists(s.Spec.SnapshotSinkRefs, s.Spec.DatabaseSinkRefs, s.Spec.EventSinkRefs),
 			referenceNamespaces: s.Spec.ReferenceNamespaces,
 			allowedNamespaces:   s.Spec.AllowedNamespaces,
 			deniedNamespaces:    s.Spec.DeniedNamespaces,
@@ -72,6 +106,69 @@ func clusterScopeLimits(scopes []kollect.ClusterScope) limits {
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out
 }
+
+// At admission, the limits an object being written must respect: each
+// check returns a field.Forbidden per offending field, naming the limit
+// and the Scope, which the registry answers with 422 Invalid.
+
+// RestrictsKinds tells whether any limit lists allowed kinds: only then
+// does admission need the kind a referenced Profile collects.
+func (l Limits) RestrictsKinds() bool { return l.ls.restrictsKinds() }
+
+// CheckKind requires a collected kind, named at path, to be in every
+// allowedGVKs that is set.
+func (l Limits) CheckKind(gvk kollect.GroupVersionKind, path *field.Path) *field.Error {
+	return l.ls.checkKind(gvk, path)
+}
+
+// CheckReferenceNamespace requires a namespace, named at path, that
+// cluster kinds reference static configuration in to be in every
+// referenceNamespaces that is set.
+func (l Limits) CheckReferenceNamespace(namespace string, path *field.Path) *field.Error {
+	return l.ls.checkReferenceNamespace(namespace, path)
+}
+
+// CheckCollectNamespaces keeps a ClusterTarget within the namespaces the
+// ClusterScopes let it collect from (checkCollectNamespaces).
+func (l Limits) CheckCollectNamespaces(include, exclude []string) field.ErrorList {
+	return l.ls.checkCollectNamespaces(include, exclude)
+}
+
+// CheckInventory checks an Inventory's intervals against the floor and its
+// sinks against the allowlists, ratcheted: old is the Inventory an update
+// replaces, nil on create.
+func (l Limits) CheckInventory(inv, old *kollect.Inventory) field.ErrorList {
+	var before violations
+	if old != nil {
+		before = l.ls.exportViolations(inventorySpec(old))
+	}
+	return l.ls.exportViolations(inventorySpec(inv)).newSince(before)
+}
+
+// CheckClusterInventory is CheckInventory for a ClusterInventory, whose
+// sinks' namespaces must also be reference namespaces.
+func (l Limits) CheckClusterInventory(inv, old *kollect.ClusterInventory) field.ErrorList {
+	var before violations
+	if old != nil {
+		before = l.ls.exportViolations(clusterInventorySpec(old))
+	}
+	return l.ls.exportViolations(clusterInventorySpec(inv)).newSince(before)
+}
+
+// CheckSinkInterval checks a sink's own exportMinInterval against the
+// floor, ratcheted: old is the interval an update replaces, nil on create.
+func (l Limits) CheckSinkInterval(interval, old *metav1.Duration) field.ErrorList {
+	var now, before violations
+	l.ls.checkInterval(&now, "sink", interval, intervalPath)
+	l.ls.checkInterval(&before, "sink", old, intervalPath)
+	return now.newSince(before)
+}
+
+// Paths of the fields the checks report on.
+var (
+	specPath     = field.NewPath("spec")
+	intervalPath = specPath.Child("exportMinInterval")
+)
 
 // restrictsKinds tells whether any limit lists allowed kinds.
 func (ls limits) restrictsKinds() bool {
@@ -104,14 +201,21 @@ func (ls limits) denying(list func(limit) []string, value string) []limit {
 	return out
 }
 
-// checkKind requires a collected kind to be in every allowedGVKs that is set.
-func (ls limits) checkKind(gvk kollect.GroupVersionKind, path *field.Path) *field.Error {
+// denyingKind returns the limits whose allowedGVKs is set and leaves out
+// the kind.
+func (ls limits) denyingKind(group, kind string) []limit {
 	var by []limit
 	for _, l := range ls {
-		if len(l.allowedGVKs) > 0 && !allowsKind(l.allowedGVKs, gvk.Group, gvk.Kind) {
+		if len(l.allowedGVKs) > 0 && !allowsKind(l.allowedGVKs, group, kind) {
 			by = append(by, l)
 		}
 	}
+	return by
+}
+
+// checkKind requires a collected kind to be in every allowedGVKs that is set.
+func (ls limits) checkKind(gvk kollect.GroupVersionKind, path *field.Path) *field.Error {
+	by := ls.denyingKind(gvk.Group, gvk.Kind)
 	if len(by) == 0 {
 		return nil
 	}
@@ -193,34 +297,48 @@ type family struct {
 	family kollect.SinkFamily
 	// field is the name of the list in inventories and Scopes.
 	field string
-	sink  referenced
+	sink  Referenced
 }
 
 var families = []family{
-	{kollect.SinkFamilySnapshot, "snapshotSinkRefs", snapshotSinks},
-	{kollect.SinkFamilyDatabase, "databaseSinkRefs", databaseSinks},
-	{kollect.SinkFamilyEvent, "eventSinkRefs", eventSinks},
+	{kollect.SinkFamilySnapshot, "snapshotSinkRefs", SnapshotSinks},
+	{kollect.SinkFamilyDatabase, "databaseSinkRefs", DatabaseSinks},
+	{kollect.SinkFamilyEvent, "eventSinkRefs", EventSinks},
 }
 
-// sinkRef is one sink reference of an inventory, its namespace resolved.
-type sinkRef struct {
+// SinkRef is one sink reference of an inventory, its namespace resolved.
+type SinkRef struct {
 	family    family
 	index     int
-	namespace string
-	ref       kollect.SinkReference
+	Namespace string
+	Ref       kollect.SinkReference
 }
 
-func (r sinkRef) path() *field.Path { return specPath.Child(r.family.field).Index(r.index) }
+// Sink is the kind of sink referenced.
+func (r SinkRef) Sink() Referenced { return r.family.sink }
 
-// id identifies the reference across updates, whatever its position.
-func (r sinkRef) id() string {
-	return string(r.family.family) + "/" + r.namespace + "/" + r.ref.Name
+// Path is where the reference is in the inventory.
+func (r SinkRef) Path() *field.Path { return specPath.Child(r.family.field).Index(r.index) }
+
+// ID identifies the reference across updates, whatever its position.
+func (r SinkRef) ID() string {
+	return string(r.family.family) + "/" + r.Namespace + "/" + r.Ref.Name
+}
+
+// InventorySinkRefs are the sink references of an Inventory, in its
+// namespace unless they name another.
+func InventorySinkRefs(inv *kollect.Inventory) []SinkRef { return inventorySpec(inv).refs }
+
+// ClusterInventorySinkRefs are the sink references of a ClusterInventory,
+// in its sinkNamespace unless they name another.
+func ClusterInventorySinkRefs(inv *kollect.ClusterInventory) []SinkRef {
+	return clusterInventorySpec(inv).refs
 }
 
 // exportSpec is what the checks read of an Inventory or ClusterInventory.
 type exportSpec struct {
 	interval *metav1.Duration
-	refs     []sinkRef
+	refs     []SinkRef
 	// cluster is true for a ClusterInventory: its sinks are allowed as
 	// "namespace/name" and their namespaces must be reference namespaces.
 	cluster bool
@@ -238,15 +356,15 @@ func clusterInventorySpec(inv *kollect.ClusterInventory) exportSpec {
 
 // sinkRefs lists the references of the three families, an absent
 // namespace resolved to defaultNamespace.
-func sinkRefs(defaultNamespace string, lists ...[]kollect.SinkReference) []sinkRef {
-	var out []sinkRef
+func sinkRefs(defaultNamespace string, lists ...[]kollect.SinkReference) []SinkRef {
+	var out []SinkRef
 	for i, f := range families {
 		for j, r := range lists[i] {
 			ns := r.Namespace
 			if ns == "" {
 				ns = defaultNamespace
 			}
-			out = append(out, sinkRef{family: f, index: j, namespace: ns, ref: r})
+			out = append(out, SinkRef{family: f, index: j, Namespace: ns, Ref: r})
 		}
 	}
 	return out
@@ -259,22 +377,22 @@ func (ls limits) exportViolations(e exportSpec) violations {
 	var vs violations
 	ls.checkInterval(&vs, "inventory", e.interval, intervalPath)
 	for _, r := range e.refs {
-		p := r.path()
-		ls.checkInterval(&vs, r.id(), r.ref.ExportMinInterval, p.Child("exportMinInterval"))
-		allowed := r.ref.Name
+		p := r.Path()
+		ls.checkInterval(&vs, r.ID(), r.Ref.ExportMinInterval, p.Child("exportMinInterval"))
+		allowed := r.Ref.Name
 		if e.cluster {
-			allowed = r.namespace + "/" + r.ref.Name
+			allowed = r.Namespace + "/" + r.Ref.Name
 		}
 		if by := ls.denying(func(l limit) []string { return l.sinks[r.family.family] }, allowed); len(by) > 0 {
-			vs.add(r.id()+":sink", field.Forbidden(p.Child("name"), fmt.Sprintf("%s %q is not in the %s allowlist of %s",
-				r.family.sink.kind, allowed, r.family.field, names(by))))
+			vs.add(r.ID()+":sink", field.Forbidden(p.Child("name"), fmt.Sprintf("%s %q is not in the %s allowlist of %s",
+				r.family.sink.Kind, allowed, r.family.field, names(by))))
 		}
 		if e.cluster {
 			nsPath := p.Child("namespace")
-			if r.ref.Namespace == "" {
+			if r.Ref.Namespace == "" {
 				nsPath = specPath.Child("sinkNamespace")
 			}
-			vs.add(r.id()+":namespace", ls.checkReferenceNamespace(r.namespace, nsPath))
+			vs.add(r.ID()+":namespace", ls.checkReferenceNamespace(r.Namespace, nsPath))
 		}
 	}
 	return vs

@@ -45,36 +45,9 @@ func TenantModeDenial(kind string) *Denial {
 		Message: fmt.Sprintf("the server runs with --tenant-mode: no %s %s anything; delete it (deletion cleans up as usual)", kind, doing)}
 }
 
-// Limits are the Scopes of one namespace, or the ClusterScopes, as the
-// controllers apply them to existing objects.
-type Limits struct{ ls limits }
-
-// NamespaceLimits are the limits of the Scopes of one namespace.
-func NamespaceLimits(scopes []kollect.Scope) Limits { return Limits{scopeLimits(scopes)} }
-
-// ClusterLimits are the limits of the ClusterScopes.
-func ClusterLimits(scopes []kollect.ClusterScope) Limits {
-	return Limits{clusterScopeLimits(scopes)}
-}
-
-// ScopeLimits are the limits of served Scopes of one namespace, as the
-// controllers' listers hold them.
-func ScopeLimits(list []*v1alpha1.Scope) Limits {
-	scopes := make([]kollect.Scope, len(list))
-	for i, s := range list {
-		_ = v1alpha1.Convert_v1alpha1_Scope_To_kollect_Scope(s, &scopes[i], nil)
-	}
-	return NamespaceLimits(scopes)
-}
-
-// ClusterScopeLimits are the limits of served ClusterScopes.
-func ClusterScopeLimits(list []*v1alpha1.ClusterScope) Limits {
-	scopes := make([]kollect.ClusterScope, len(list))
-	for i, s := range list {
-		_ = v1alpha1.Convert_v1alpha1_ClusterScope_To_kollect_ClusterScope(s, &scopes[i], nil)
-	}
-	return ClusterLimits(scopes)
-}
+// AnnotationReaffirm is kollect.AnnotationReaffirm, for the messages that
+// tell users how to re-affirm.
+const AnnotationReaffirm = kollect.AnnotationReaffirm
 
 // Floor is the highest minExportInterval of the limits, 0 when none sets one.
 func (l Limits) Floor() time.Duration {
@@ -84,12 +57,7 @@ func (l Limits) Floor() time.Duration {
 
 // Kind denies collecting a kind that some allowedGVKs leaves out.
 func (l Limits) Kind(group, kind string) *Denial {
-	var by []limit
-	for _, x := range l.ls {
-		if len(x.allowedGVKs) > 0 && !allowsKind(x.allowedGVKs, group, kind) {
-			by = append(by, x)
-		}
-	}
+	by := l.ls.denyingKind(group, kind)
 	if len(by) == 0 {
 		return nil
 	}
@@ -129,7 +97,7 @@ func (l Limits) Sink(family kollect.SinkFamily, namespace, name string, cluster 
 		}
 		if by := l.ls.denying(func(x limit) []string { return x.sinks[family] }, allowed); len(by) > 0 {
 			return &Denial{Reason: kollect.ReasonScopeSinkDenied,
-				Message: fmt.Sprintf("%s %q is not in the %s allowlist of %s: nothing more is exported there", f.sink.kind, allowed, f.field, names(by))}
+				Message: fmt.Sprintf("%s %q is not in the %s allowlist of %s: nothing more is exported there", f.sink.Kind, allowed, f.field, names(by))}
 		}
 	}
 	return nil
@@ -202,20 +170,18 @@ func MayUse(ctx context.Context, authz authorizer.Authorizer, requester *v1alpha
 		return nil, fmt.Errorf("%s cannot be referenced", resource)
 	}
 	reason := kollect.ReasonSinkForbidden
-	if r == profiles {
+	if r == Profiles {
 		reason = kollect.ReasonProfileForbidden
 	}
 	if requester == nil {
 		return &Denial{Reason: reason, Message: noRequester}, nil
 	}
-	attrs := useAttributes(r, namespace, name)
-	attrs.User = RequesterUser(requester)
-	why, allowed, err := ask(ctx, authz, attrs)
+	why, allowed, err := ask(ctx, authz, requester, UseAttributes(r, namespace, name))
 	if allowed || err != nil {
 		return nil, err
 	}
 	msg := fmt.Sprintf("user %q, recorded as the requester, may no longer use %s %q in namespace %q (the verb %q on %s.%s): nothing more is done with it",
-		requester.Username, r.kind, name, namespace, VerbUse, r.resource, kollect.GroupName)
+		requester.Username, r.Kind, name, namespace, VerbUse, r.Resource, kollect.GroupName)
 	return &Denial{Reason: reason, Message: msg + why}, nil
 }
 
@@ -227,9 +193,7 @@ func MayList(ctx context.Context, authz authorizer.Authorizer, requester *v1alph
 	if requester == nil {
 		return &Denial{Reason: kollect.ReasonProfileForbidden, Message: noRequester}, nil
 	}
-	attrs := listAttributes(gvr, namespace)
-	attrs.User = RequesterUser(requester)
-	why, allowed, err := ask(ctx, authz, attrs)
+	why, allowed, err := ask(ctx, authz, requester, ListAttributes(gvr, namespace))
 	if allowed || err != nil {
 		return nil, err
 	}
@@ -238,7 +202,7 @@ func MayList(ctx context.Context, authz authorizer.Authorizer, requester *v1alph
 		where = fmt.Sprintf("in namespace %q", namespace)
 	}
 	msg := fmt.Sprintf("user %q, recorded as the requester, may no longer list %s %s, which the Profile collects: collection stopped, the items are kept",
-		requester.Username, resourceString(gvr), where)
+		requester.Username, ResourceString(gvr), where)
 	return &Denial{Reason: kollect.ReasonProfileForbidden, Message: msg + why}, nil
 }
 
@@ -255,9 +219,7 @@ func MayGetSecret(ctx context.Context, authz authorizer.Authorizer, requester *v
 	if requester == nil {
 		return &Denial{Reason: kollect.ReasonSecretForbidden, Message: noSinkRequester}, nil
 	}
-	attrs := getSecretAttributes(namespace, name)
-	attrs.User = RequesterUser(requester)
-	why, allowed, err := ask(ctx, authz, attrs)
+	why, allowed, err := ask(ctx, authz, requester, GetSecretAttributes(namespace, name))
 	if allowed || err != nil {
 		return nil, err
 	}
@@ -273,15 +235,13 @@ func MayListItems(ctx context.Context, authz authorizer.Authorizer, requester *v
 	if requester == nil {
 		return &Denial{Reason: kollect.ReasonItemsForbidden, Message: noRequester}, nil
 	}
-	gvr := itemsOf(namespace)
-	attrs := listAttributes(gvr, namespace)
-	attrs.User = RequesterUser(requester)
-	why, allowed, err := ask(ctx, authz, attrs)
+	gvr := ItemsOf(namespace)
+	why, allowed, err := ask(ctx, authz, requester, ListAttributes(gvr, namespace))
 	if allowed || err != nil {
 		return nil, err
 	}
 	msg := fmt.Sprintf("user %q, recorded as the requester, may no longer list %s %s: nothing is exported",
-		requester.Username, resourceString(gvr), where(namespace))
+		requester.Username, ResourceString(gvr), Where(namespace))
 	return &Denial{Reason: kollect.ReasonItemsForbidden, Message: msg + why}, nil
 }
 
@@ -306,9 +266,11 @@ func RequesterExpired(requester *v1alpha1.RequesterInfo, maxAge time.Duration, n
 			requester.Username, at.UTC().Format(time.RFC3339), maxAge, AnnotationReaffirm)}
 }
 
-// ask runs one authorization check. Only an answer counts as a denial: an
-// authorizer that fails (kube-apiserver unreachable) is an error to retry.
-func ask(ctx context.Context, authz authorizer.Authorizer, attrs authorizer.AttributesRecord) (why string, allowed bool, err error) {
+// ask runs one authorization check for the requester. Only an answer
+// counts as a denial: an authorizer that fails (kube-apiserver unreachable)
+// is an error to retry.
+func ask(ctx context.Context, authz authorizer.Authorizer, requester *v1alpha1.RequesterInfo, attrs authorizer.AttributesRecord) (why string, allowed bool, err error) {
+	attrs.User = RequesterUser(requester)
 	decision, reason, err := authz.Authorize(ctx, attrs)
 	if decision == authorizer.DecisionAllow {
 		return "", true, nil
@@ -322,20 +284,20 @@ func ask(ctx context.Context, authz authorizer.Authorizer, attrs authorizer.Attr
 	return why, false, nil
 }
 
-func referencedByResource(resource string) (referenced, bool) {
-	for _, r := range []referenced{profiles, snapshotSinks, databaseSinks, eventSinks} {
-		if r.resource == resource {
+func referencedByResource(resource string) (Referenced, bool) {
+	for _, r := range []Referenced{Profiles, SnapshotSinks, DatabaseSinks, EventSinks} {
+		if r.Resource == resource {
 			return r, true
 		}
 	}
-	return referenced{}, false
+	return Referenced{}, false
 }
 
 // ResourceOf is the resource a sink family's objects are served as.
 func ResourceOf(family kollect.SinkFamily) string {
 	for _, f := range families {
 		if f.family == family {
-			return f.sink.resource
+			return f.sink.Resource
 		}
 	}
 	return ""
