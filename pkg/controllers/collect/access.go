@@ -7,9 +7,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/tools/cache"
 
-	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/metrics"
 	"kollect.dev/kollect/pkg/tenancy"
 )
@@ -43,7 +41,7 @@ func (c *Collector) clusterLimits() (tenancy.Limits, string) {
 // partial (a ClusterTarget including namespaces it may not collect from)
 // is reported while it collects from the rest. An error means the
 // authorizer could not answer: the sync is retried, nothing changes.
-func (c *Collector) admit(ctx context.Context, v *view, cfg *targetConfig) (denied, partial *tenancy.Denial, err error) {
+func (c *Collector) admit(ctx context.Context, v *targetObject, spec *targetSpec) (denied, partial *tenancy.Denial, err error) {
 	kind := v.key.kind()
 	if c.cfg.TenantMode && v.key.Cluster {
 		return tenancy.TenantModeDenial(kind), nil, nil
@@ -62,16 +60,16 @@ func (c *Collector) admit(ctx context.Context, v *view, cfg *targetConfig) (deni
 	}
 	var limits tenancy.Limits
 	if v.key.Cluster {
-		// configure read the ClusterScopes into the selection; a change of
+		// compile read the ClusterScopes into the selection; a change of
 		// them makes a new configuration.
-		limits = *cfg.sel.limits
+		limits = *spec.sel.limits
 		if denied = limits.ProfileNamespace(v.profile.Namespace); denied != nil {
 			return denied, nil, nil
 		}
 	} else {
 		limits = c.namespaceLimits(v.key.Namespace)
 	}
-	if denied = limits.Kind(cfg.gvk.Group, cfg.gvk.Kind); denied != nil {
+	if denied = limits.Kind(spec.gvk.Group, spec.gvk.Kind); denied != nil {
 		return denied, nil, nil
 	}
 	if c.cfg.Authorizer != nil {
@@ -79,33 +77,12 @@ func (c *Collector) admit(ctx context.Context, v *view, cfg *targetConfig) (deni
 			return denied, nil, err
 		}
 		namespace := v.key.Namespace // a Target lists in its namespace, a ClusterTarget everywhere
-		if denied, err = tenancy.MayList(ctx, c.cfg.Authorizer, v.requester, cfg.gvr, namespace); denied != nil || err != nil {
+		if denied, err = tenancy.MayList(ctx, c.cfg.Authorizer, v.requester, spec.gvr, namespace); denied != nil || err != nil {
 			return denied, nil, err
 		}
 	}
-	if v.key.Cluster && cfg.namespaced {
+	if v.key.Cluster && spec.namespaced {
 		partial = limits.IncludedNamespaces(v.include)
 	}
 	return nil, partial, nil
-}
-
-// scopeEvent syncs the targets a Scope or ClusterScope limits.
-func (c *Collector) scopeEvent(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
-	}
-	switch s := obj.(type) {
-	case *v1alpha1.Scope:
-		if ts, err := c.targetLister.Targets(s.Namespace).List(labels.Everything()); err == nil {
-			for _, t := range ts {
-				c.targetQueue.Add(targetKey{Namespace: t.Namespace, Name: t.Name})
-			}
-		}
-	case *v1alpha1.ClusterScope:
-		if ts, err := c.clusterTargetLister.List(labels.Everything()); err == nil {
-			for _, t := range ts {
-				c.targetQueue.Add(targetKey{Cluster: true, Name: t.Name})
-			}
-		}
-	}
 }

@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"kollect.dev/kollect/pkg/controllers/metrics"
@@ -111,70 +110,94 @@ func (c *Collector) itemEvents(ctx context.Context, events <-chan itemstore.Even
 // wrote or is writing and, when it did not make it, marks the item
 // suspect and queues the object concerned.
 func (c *Collector) itemChanged(ctx context.Context, cluster, deleted bool, s storedItem) {
-	c.mu.Lock()
-	t := c.ownerLocked(cluster, s)
-	if t == nil {
-		c.mu.Unlock()
+	v := c.index.changed(cluster, deleted, s, c.existingTarget)
+	if v.syncOwner {
+		c.targetQueue.Add(v.owner)
+	}
+	switch {
+	case !v.found:
 		if !deleted {
 			c.deleteOrphan(ctx, cluster, s)
 		}
 		return
+	case v.objKey == "":
+		return
 	}
-	var objKey string
+	klog.FromContext(ctx).V(2).Info("A stored item changed without this collector; syncing its object again",
+		"target", v.owner.String(), "item", s.name, "resourceVersion", s.rv, "deleted", deleted, "object", v.objKey)
+	if v.collecting {
+		// Otherwise the walk when the target collects again syncs it.
+		c.queueObject(v.owner, v.objKey)
+	}
+}
+
+// verdict is what the index makes of a stored item's change.
+type verdict struct {
+	// found: the item's target is known or exists; owner is it, and
+	// syncOwner says it exists but was not seen yet: its sync finds the
+	// item.
+	found, syncOwner bool
+	owner            targetKey
+	// objKey is the object whose sync repairs the item, "" when the change
+	// is the collector's own; collecting tells whether its target collects.
+	objKey     string
+	collecting bool
+}
+
+// changed marks an item another writer changed suspect, with the object
+// whose sync repairs it. exists finds a target the index does not know by
+// its items' label.
+func (x *itemIndex) changed(cluster, deleted bool, s storedItem, exists func(cluster bool, namespace, label string) (targetKey, bool)) verdict {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	t, syncOwner := x.ownerLocked(cluster, s, exists)
+	if t == nil {
+		return verdict{}
+	}
+	v := verdict{found: true, syncOwner: syncOwner, owner: t.key, collecting: t.collecting}
 	e, w := t.items[s.name], t.inflight[s.name]
 	switch {
 	case e != nil && s.rv <= e.rv:
 		// An older event of the collector's own writes.
 	case w != nil && w.matches(deleted, s):
 	case w != nil:
-		objKey = w.objKey
+		v.objKey = w.objKey
 	case e != nil && !deleted && e.hash == s.hash && e.objKey == s.objKey && e.labels == s.labels:
 	case e != nil:
-		objKey = e.objKey
+		v.objKey = e.objKey
 	case !deleted:
-		objKey = s.objKey // an item no object holds
+		v.objKey = s.objKey // an item no object holds
 	}
-	if objKey == "" {
-		c.mu.Unlock()
-		return
+	if v.objKey != "" {
+		t.suspect[s.name] = v.objKey
 	}
-	t.suspect[s.name] = objKey
-	key, collecting := t.key, t.cfg != nil
-	c.mu.Unlock()
-	klog.FromContext(ctx).V(2).Info("A stored item changed without this collector; syncing its object again",
-		"target", key.String(), "item", s.name, "resourceVersion", s.rv, "deleted", deleted, "object", objKey)
-	if collecting {
-		// Otherwise the walk when the target collects again syncs it.
-		ns, name, _ := cache.SplitMetaNamespaceKey(objKey)
-		c.objectQueue.Add(objectKey{target: key, namespace: ns, name: name}.queued())
-	}
+	return v
 }
 
 // ownerLocked is the target an item's change concerns: the one whose index
 // holds the item or which is writing it, else the one its label names. A
-// target that exists but was not seen yet gets its state (and a sync), so
-// that what it finds then includes the item. Nil: the item's target does
-// not exist, or is being deleted and its items were deleted.
-func (c *Collector) ownerLocked(cluster bool, s storedItem) *target {
-	t := c.targetOfLocked(cluster, s.namespace, s.target)
+// target that exists but was not seen yet gets its index (and a sync:
+// sync), so that what it finds then includes the item. Nil: the item's
+// target does not exist, or is being deleted and its items were deleted.
+func (x *itemIndex) ownerLocked(cluster bool, s storedItem, exists func(cluster bool, namespace, label string) (targetKey, bool)) (t *indexed, sync bool) {
+	t = x.targetOfLocked(cluster, s.namespace, s.target)
 	if t != nil && (t.items[s.name] != nil || t.inflight[s.name] != nil) {
-		return t
+		return t, false
 	}
 	// Relabelled by hand: the index knows whose it is.
-	for key, o := range c.state {
+	for key, o := range x.targets {
 		if key.Cluster == cluster && key.Namespace == s.namespace && (o.items[s.name] != nil || o.inflight[s.name] != nil) {
-			return o
+			return o, false
 		}
 	}
 	if t != nil {
-		return t
+		return t, false
 	}
-	key, ok := c.existingTarget(cluster, s.namespace, s.target)
+	key, ok := exists(cluster, s.namespace, s.target)
 	if !ok {
-		return nil
+		return nil, false
 	}
-	c.targetQueue.Add(key)
-	return c.stateLocked(key)
+	return x.targetLocked(key), true
 }
 
 // existingTarget finds the Target (ClusterTarget) whose items carry the
@@ -223,21 +246,8 @@ func (c *Collector) deleteOrphan(ctx context.Context, cluster bool, s storedItem
 		c.requestWalk()
 		return
 	}
-	c.countWrite(store.kind(), metrics.OpDelete)
+	countWrite(store.kind(), metrics.OpDelete)
 	logger.V(2).Info("Deleted an item of a target that does not exist", "namespace", s.namespace, "item", s.name, "target", s.target)
-}
-
-// takeSuspectsLocked removes and returns the suspect items whose repair
-// is the sync of objKey's.
-func (t *target) takeSuspectsLocked(objKey string) []string {
-	var names []string
-	for name, o := range t.suspect {
-		if o == objKey {
-			names = append(names, name)
-			delete(t.suspect, name)
-		}
-	}
-	return names
 }
 
 // inflightWrite is an item write (or delete) the collector has started and
@@ -260,26 +270,17 @@ func (w *inflightWrite) matches(deleted bool, s storedItem) bool {
 // targetOfLocked finds the target whose items carry the kollect.dev/target
 // label value label. Names longer than a label value are shortened
 // (labelValue), and only those need a search.
-func (c *Collector) targetOfLocked(cluster bool, namespace, label string) *target {
-	if t := c.state[targetKey{Cluster: cluster, Namespace: namespace, Name: label}]; t != nil {
+func (x *itemIndex) targetOfLocked(cluster bool, namespace, label string) *indexed {
+	if t := x.targets[targetKey{Cluster: cluster, Namespace: namespace, Name: label}]; t != nil {
 		return t
 	}
 	if len(label) < 17 || label[len(label)-17] != '-' {
 		return nil
 	}
-	for key, t := range c.state {
+	for key, t := range x.targets {
 		if key.Cluster == cluster && key.Namespace == namespace && len(key.Name) > len(label) && labelValue(key.Name) == label {
 			return t
 		}
 	}
 	return nil
-}
-
-// requestWalk asks for a full walk soon; requests while one is pending
-// are one.
-func (c *Collector) requestWalk() {
-	select {
-	case c.walkRequests <- struct{}{}:
-	default:
-	}
 }

@@ -87,7 +87,7 @@ func (f *fakeItems) position(ctx context.Context) (uint64, error)               
 // foreignFixture is a collector with one Target ns/web collecting the
 // ConfigMap ns/cm-a (data.value "new"), whose index holds the item of
 // cm-a's older content "old", stored at resourceVersion 10.
-func foreignFixture(t *testing.T) (*Collector, *target, *fakeItems, objectKey, string) {
+func foreignFixture(t *testing.T) (*Collector, *indexed, *fakeItems, objectKey, string) {
 	t.Helper()
 	c := quotaCollector(t)
 	nsIndexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
@@ -104,12 +104,12 @@ func foreignFixture(t *testing.T) (*Collector, *target, *fakeItems, objectKey, s
 		t.Fatal(err)
 	}
 	key := targetKey{Namespace: "ns", Name: "web"}
-	sel, err := newSelection(&view{key: key}, nil)
+	sel, err := newSelection(&targetObject{key: key}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := &targetConfig{fingerprint: "fp", extractor: ext, profile: types.NamespacedName{Namespace: "ns", Name: "configmaps"},
-		gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, namespaced: true, sel: sel}
+	cfg := &targetSpec{fingerprint: "fp", extractor: ext, profile: types.NamespacedName{Namespace: "ns", Name: "configmaps"},
+		gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, gvr: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, namespaced: true, sel: sel}
 	cfg.labels = itemLabels(key, cfg)
 	cfg.labelsKey = labelsKey(cfg.labels)
 
@@ -124,12 +124,14 @@ func foreignFixture(t *testing.T) (*Collector, *target, *fakeItems, objectKey, s
 	if err := inf.GetIndexer().Add(cm("new", "2")); err != nil {
 		t.Fatal(err)
 	}
-	gi := &gvrInformer{informer: inf, users: map[targetKey]source.Shape{}}
+	gi := &gvrInformer{gvr: cfg.gvr, informer: inf, users: map[targetKey]source.Shape{key: {}}}
 	gi.synced.Store(true)
+	c.informers.byGVR[cfg.gvr], c.informers.gvrOf[key] = gi, cfg.gvr
+	c.targets.update(key, func(t *target) { t.spec = cfg })
+	c.index.setLimits(key, true, tenancy.QuotaSet{})
 
-	c.mu.Lock()
-	tg := c.stateLocked(key)
-	tg.cfg, tg.informer = cfg, gi
+	c.index.mu.Lock()
+	tg := c.index.targetLocked(key)
 	obj, _ := old.Decode()
 	content, err := ext.Extract(context.Background(), obj)
 	if err != nil {
@@ -139,8 +141,8 @@ func foreignFixture(t *testing.T) (*Collector, *target, *fakeItems, objectKey, s
 	s := storedItem{namespace: "ns", name: name, target: "web", labels: cfg.labelsKey, objKey: "ns/cm-a", sourceRV: "1",
 		hash: hashOf(extract.Hash(old.Source(), content)), rv: 10}
 	store.items[name] = s
-	c.indexLocked(tg, name, &itemEntry{objKey: s.objKey, hash: s.hash, labels: s.labels, sourceRV: "1", extractedWith: "fp", rv: 10})
-	c.mu.Unlock()
+	c.index.indexLocked(tg, name, &itemEntry{objKey: s.objKey, hash: s.hash, labels: s.labels, sourceRV: "1", extractedWith: "fp", rv: 10})
+	c.index.mu.Unlock()
 	return c, tg, store, objectKey{target: key, namespace: "ns", name: "cm-a"}, name
 }
 
@@ -210,9 +212,9 @@ func TestForeignDeleteDuringOwnWrite(t *testing.T) {
 	_, ok := store.items[name]
 	puts := store.puts
 	store.mu.Unlock()
-	c.mu.Lock()
+	c.index.mu.Lock()
 	_, indexed := tg.items[name]
-	c.mu.Unlock()
+	c.index.mu.Unlock()
 	if !ok {
 		t.Fatalf("cm-a's item deleted by a foreign writer is not stored again after %d puts (indexed: %v): the collector's index says it exists", puts, indexed)
 	}
@@ -225,13 +227,13 @@ func fakeHashHex(s string) string {
 
 // configMap adds the ConfigMap ns/name (uid, data.value value) to the
 // fixture's informer and returns its item's name for target web.
-func configMap(t *testing.T, tg *target, name, uid, value string) string {
+func configMap(t *testing.T, c *Collector, tg *indexed, name, uid, value string) string {
 	t.Helper()
 	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"namespace": "ns", "name": name, "uid": uid, "resourceVersion": "5"},
 		"data":     map[string]any{"value": value}}}
 	obj := objectOf(t, u)
-	if err := tg.informer.informer.GetIndexer().Add(obj); err != nil {
+	if err := informerOf(c, tg).GetIndexer().Add(obj); err != nil {
 		t.Fatal(err)
 	}
 	return extract.ItemName("web", obj.Source())
@@ -269,23 +271,23 @@ func TestForeignOwnWritesAreNotSuspect(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.itemChanged(ctx, false, false, own) // after
-	c.mu.Lock()
+	c.index.mu.Lock()
 	suspects := len(tg.suspect)
-	c.mu.Unlock()
+	c.index.mu.Unlock()
 	if suspects != 0 || c.objectQueue.Len() != 0 {
 		t.Fatalf("own write: %d suspect items, %d objects queued, want none", suspects, c.objectQueue.Len())
 	}
 	// Its deletion likewise, when the object goes.
-	if err := tg.informer.informer.GetIndexer().Delete(&unstructured.Unstructured{Object: map[string]any{
+	if err := informerOf(c, tg).GetIndexer().Delete(&unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"namespace": "ns", "name": "cm-a"}}}); err != nil {
 		t.Fatal(err)
 	}
 	gone := own
 	gone.rv = own.rv + 1
 	store.onPut = nil
-	c.mu.Lock()
+	c.index.mu.Lock()
 	tg.inflight[own.name] = &inflightWrite{deleted: true} // as deleteItem sets it
-	c.mu.Unlock()
+	c.index.mu.Unlock()
 	c.itemChanged(ctx, false, true, gone)
 	if c.objectQueue.Len() != 0 {
 		t.Fatalf("own deletion: %d objects queued, want none", c.objectQueue.Len())
@@ -298,7 +300,7 @@ func TestForeignDeleteKeepsThePlace(t *testing.T) {
 	c, tg, store, k, name := foreignFixture(t)
 	ctx := context.Background()
 	fillQuotaOfOne(t, c, tg, k)
-	configMap(t, tg, "cm-c", "uid-c", "c")
+	configMap(t, c, tg, "cm-c", "uid-c", "c")
 	if err := c.syncObject(ctx, objectKey{target: k.target, namespace: "ns", name: "cm-c"}); err != nil {
 		t.Fatal(err)
 	}
@@ -317,9 +319,9 @@ func TestForeignDeleteKeepsThePlace(t *testing.T) {
 	_, stored := store.items[name]
 	n := len(store.items)
 	store.mu.Unlock()
-	c.mu.Lock()
-	u, waiting := *c.usage["ns"], tg.overQuota["ns/cm-c"]
-	c.mu.Unlock()
+	c.index.mu.Lock()
+	u, waiting := *c.index.usage["ns"], tg.overQuota["ns/cm-c"]
+	c.index.mu.Unlock()
 	if !stored || n != 1 || u.items != 1 || u.pending != 0 || waiting != overCount {
 		t.Fatalf("after the repair: cm-a's item stored %v, %d items stored, usage %+v, cm-c waiting %v; want cm-a's item back, 1 item, cm-c waiting", stored, n, u, waiting)
 	}
@@ -332,7 +334,7 @@ func TestForeignItemsNoObjectHoldsAreDeleted(t *testing.T) {
 	c, tg, store, k, name := foreignFixture(t)
 	ctx := context.Background()
 	fillQuotaOfOne(t, c, tg, k)
-	cName := configMap(t, tg, "cm-c", "uid-c", "c")
+	cName := configMap(t, c, tg, "cm-c", "uid-c", "c")
 	if err := c.syncObject(ctx, objectKey{target: k.target, namespace: "ns", name: "cm-c"}); err != nil {
 		t.Fatal(err)
 	}
@@ -352,9 +354,9 @@ func TestForeignItemsNoObjectHoldsAreDeleted(t *testing.T) {
 	_, oldStored := store.items[old.name]
 	_, ownStored := store.items[name]
 	store.mu.Unlock()
-	c.mu.Lock()
-	u, waiting := *c.usage["ns"], tg.overQuota["ns/cm-c"]
-	c.mu.Unlock()
+	c.index.mu.Lock()
+	u, waiting := *c.index.usage["ns"], tg.overQuota["ns/cm-c"]
+	c.index.mu.Unlock()
 	if ghostStored || oldStored || !ownStored || u.items != 1 || waiting != overCount {
 		t.Fatalf("ghost stored %v, old item stored %v, cm-a's item stored %v, usage %+v, cm-c waiting %v; want only cm-a's item, 1 counted, cm-c waiting",
 			ghostStored, oldStored, ownStored, u, waiting)
@@ -369,10 +371,10 @@ func TestForeignRelabelledItem(t *testing.T) {
 	if err := c.syncObject(ctx, k); err != nil {
 		t.Fatal(err)
 	}
-	c.mu.Lock()
-	other := c.stateLocked(targetKey{Namespace: "ns", Name: "other"})
-	other.cfg = tg.cfg
-	c.mu.Unlock()
+	otherKey := targetKey{Namespace: "ns", Name: "other"}
+	spec := c.targets.spec(tg.key)
+	c.targets.update(otherKey, func(o *target) { o.spec = spec })
+	c.index.setLimits(otherKey, true, tenancy.QuotaSet{})
 	store.mu.Lock()
 	moved := store.items[name]
 	moved.target, moved.labels = "other", labelsKey(map[string]string{labelTarget: "other"})
@@ -385,7 +387,7 @@ func TestForeignRelabelledItem(t *testing.T) {
 	store.mu.Lock()
 	got := store.items[name]
 	store.mu.Unlock()
-	if got.target != "web" || got.labels != tg.cfg.labelsKey {
+	if got.target != "web" || got.labels != c.targets.spec(tg.key).labelsKey {
 		t.Fatalf("the relabelled item is labelled %q (%s), want web's labels back", got.target, got.labels)
 	}
 }
@@ -478,15 +480,15 @@ func TestForeignSecondItemAfterRebuildIsDeleted(t *testing.T) {
 	ghost := oldUIDItem(t, store, name, true)
 	c.itemChanged(ctx, false, false, ghost) // suspect, cm-a queued
 	// The periodic full walk lists and rebuilds before cm-a's sync runs.
-	c.mu.Lock()
-	c.rebuildIndexLocked(tg, sortedList(store))
-	c.mu.Unlock()
+	c.index.mu.Lock()
+	c.index.rebuildLocked(tg, sortedList(store))
+	c.index.mu.Unlock()
 	drain(t, c, 10)
 	// And the next full walks: rebuild, then every object synced.
 	for round := 0; round < 2; round++ {
-		c.mu.Lock()
-		c.rebuildIndexLocked(tg, sortedList(store))
-		c.mu.Unlock()
+		c.index.mu.Lock()
+		c.index.rebuildLocked(tg, sortedList(store))
+		c.index.mu.Unlock()
 		if err := c.syncObject(ctx, k); err != nil {
 			t.Fatal(err)
 		}
@@ -494,10 +496,10 @@ func TestForeignSecondItemAfterRebuildIsDeleted(t *testing.T) {
 	store.mu.Lock()
 	_, ghostStored := store.items[ghost.name]
 	store.mu.Unlock()
-	c.mu.Lock()
-	u := *c.usage["ns"]
+	c.index.mu.Lock()
+	u := *c.index.usage["ns"]
 	suspects := len(tg.suspect)
-	c.mu.Unlock()
+	c.index.mu.Unlock()
 	if ghostStored || u.items != 1 {
 		t.Fatalf("cm-a's old-uid item %s still stored: %v (usage %+v, suspects left %d); want it deleted and 1 item counted",
 			ghost.name, ghostStored, u, suspects)
@@ -514,15 +516,15 @@ func TestForeignDeleteOfFailingObjectIsRepairedLater(t *testing.T) {
 	// cm-a loses data.value: extraction fails, the item is kept.
 	u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"namespace": "ns", "name": "cm-a", "uid": "uid-a", "resourceVersion": "3"}}}
-	if err := tg.informer.informer.GetIndexer().Update(objectOf(t, u)); err != nil {
+	if err := informerOf(c, tg).GetIndexer().Update(objectOf(t, u)); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.syncObject(ctx, k); err != nil {
 		t.Fatal(err)
 	}
-	c.mu.Lock()
+	c.index.mu.Lock()
 	failed := len(tg.failed)
-	c.mu.Unlock()
+	c.index.mu.Unlock()
 	if failed != 1 {
 		t.Fatalf("setup: cm-a should fail extraction, failed=%d", failed)
 	}
@@ -534,17 +536,17 @@ func TestForeignDeleteOfFailingObjectIsRepairedLater(t *testing.T) {
 	store.mu.Unlock()
 	c.itemChanged(ctx, false, true, gone)
 	drain(t, c, 10)
-	c.mu.Lock()
+	c.index.mu.Lock()
 	_, indexed := tg.items[name]
 	suspect := tg.suspect[name]
-	usage := *c.usage["ns"]
-	c.mu.Unlock()
+	usage := *c.index.usage["ns"]
+	c.index.mu.Unlock()
 	if !indexed || suspect != "ns/cm-a" || usage.items != 1 {
 		t.Fatalf("while cm-a fails extraction: indexed %v, suspect %q, usage %+v; want the item's place kept and the suspect kept for cm-a", indexed, suspect, usage)
 	}
 	// cm-a extracts again: its item is written back.
 	u.Object["data"] = map[string]any{"value": "new"}
-	if err := tg.informer.informer.GetIndexer().Update(objectOf(t, u)); err != nil {
+	if err := informerOf(c, tg).GetIndexer().Update(objectOf(t, u)); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.syncObject(ctx, k); err != nil {
@@ -567,7 +569,7 @@ func TestForeignCreateDuringOwnDelete(t *testing.T) {
 	c.itemStore, c.clusterItemStore = store, store
 	ctx := context.Background()
 	// cm-a is deleted: its sync deletes the item.
-	if err := tg.informer.informer.GetIndexer().Delete(&unstructured.Unstructured{Object: map[string]any{
+	if err := informerOf(c, tg).GetIndexer().Delete(&unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"namespace": "ns", "name": "cm-a"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -577,7 +579,7 @@ func TestForeignCreateDuringOwnDelete(t *testing.T) {
 		// delivers it before this delete returns.
 		fake.mu.Lock()
 		fake.rv++
-		s := storedItem{namespace: "ns", name: name, target: "web", labels: tg.cfg.labelsKey, objKey: "ns/cm-a",
+		s := storedItem{namespace: "ns", name: name, target: "web", labels: c.targets.spec(tg.key).labelsKey, objKey: "ns/cm-a",
 			hash: hashOf(fakeHashHex("stale")), rv: fake.rv}
 		fake.items[name] = s
 		fake.mu.Unlock()
@@ -590,9 +592,9 @@ func TestForeignCreateDuringOwnDelete(t *testing.T) {
 	fake.mu.Lock()
 	_, stored := fake.items[name]
 	fake.mu.Unlock()
-	c.mu.Lock()
+	c.index.mu.Lock()
 	suspects := len(tg.suspect)
-	c.mu.Unlock()
+	c.index.mu.Unlock()
 	if stored {
 		t.Fatalf("an item for the deleted cm-a, recreated by another writer during the collector's delete, stays stored (suspects %d, queued %d)",
 			suspects, c.objectQueue.Len())
@@ -637,11 +639,9 @@ func TestResyncWaitsForTheLease(t *testing.T) {
 
 // fillQuotaOfOne limits the fixture's namespace to one item and collects
 // cm-a, which takes it.
-func fillQuotaOfOne(t *testing.T, c *Collector, tg *target, k objectKey) {
+func fillQuotaOfOne(t *testing.T, c *Collector, tg *indexed, k objectKey) {
 	t.Helper()
-	c.mu.Lock()
-	tg.quota = nsQuota(1)
-	c.mu.Unlock()
+	c.index.setLimits(tg.key, true, nsQuota(1))
 	if err := c.syncObject(context.Background(), k); err != nil {
 		t.Fatal(err)
 	}
@@ -659,4 +659,9 @@ func objectOf(t *testing.T, u *unstructured.Unstructured) *source.Object {
 		t.Fatal(err)
 	}
 	return o
+}
+
+// informerOf is the informer the fixture's target collects from.
+func informerOf(c *Collector, tg *indexed) cache.SharedIndexInformer {
+	return c.informers.of(tg.key).informer
 }

@@ -39,7 +39,7 @@ func TestWatched(t *testing.T) {
 }
 
 func TestNamespaceSelection(t *testing.T) {
-	v := &view{
+	v := &targetObject{
 		key:               targetKey{Cluster: true, Name: "c"},
 		namespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
 		exclude:           []string{"blocked"},

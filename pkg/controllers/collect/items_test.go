@@ -7,8 +7,6 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"k8s.io/client-go/util/workqueue"
-
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/controllers/extract"
 	"kollect.dev/kollect/pkg/itemstore"
@@ -49,14 +47,14 @@ func TestStoredOf(t *testing.T) {
 func TestTargetOfLabel(t *testing.T) {
 	long := strings.Repeat("a", 70)
 	dashed := "web-0123456789abcdef" // shaped like a shortened label, but a name
-	c := &Collector{state: map[targetKey]*target{}}
+	x := newItemIndex(nil, nil)
 	for _, key := range []targetKey{
 		{Namespace: "ns", Name: "web"},
 		{Namespace: "ns", Name: long},
 		{Namespace: "ns", Name: dashed},
 		{Cluster: true, Name: long},
 	} {
-		c.stateLocked(key)
+		x.target(key)
 	}
 	for _, tc := range []struct {
 		cluster   bool
@@ -71,7 +69,7 @@ func TestTargetOfLabel(t *testing.T) {
 		{false, "ns", labelValue(strings.Repeat("b", 70)), nil},
 		{false, "ns", "gone", nil},
 	} {
-		got := c.targetOfLocked(tc.cluster, tc.ns, tc.label)
+		got := x.targetOfLocked(tc.cluster, tc.ns, tc.label)
 		switch {
 		case tc.want == nil && got != nil:
 			t.Errorf("%v %s/%s: %v, want none", tc.cluster, tc.ns, tc.label, got.key)
@@ -85,17 +83,17 @@ func TestTargetOfLabel(t *testing.T) {
 // lastError over validation's limit would make every status write of the
 // target fail; it is cut, on a character boundary.
 func TestLastErrorShortened(t *testing.T) {
-	c := &Collector{state: map[targetKey]*target{}}
-	tg := c.stateLocked(targetKey{Namespace: "ns", Name: "web"})
-	tg.lastError = strings.Repeat("é", 5000)
-	obs, _ := c.observationLocked(tg)
-	if len(obs.LastError) > maxLastError || !utf8.ValidString(obs.LastError) || !strings.HasPrefix(tg.lastError, obs.LastError) || len(obs.LastError) < maxLastError-1 {
+	c := quotaCollector(t)
+	key := targetKey{Namespace: "ns", Name: "web"}
+	c.targets.update(key, func(tg *target) { tg.reason, tg.message = "Broken", strings.Repeat("é", 5000) })
+	tg, _ := c.targets.get(key)
+	obs, _ := c.observation(key, &tg, nil)
+	if len(obs.LastError) > maxLastError || !utf8.ValidString(obs.LastError) || !strings.HasPrefix(tg.message, obs.LastError) || len(obs.LastError) < maxLastError-1 {
 		t.Errorf("lastError of %d bytes, valid UTF-8 %v", len(obs.LastError), utf8.ValidString(obs.LastError))
 	}
-	c.statusQueue = workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[targetKey]())
-	defer c.statusQueue.ShutDown()
-	c.setFailure(tg, "ns/cm", errors.New(strings.Repeat("x", 100_000)))
-	if n := len(tg.failed["ns/cm"]); n != maxLastError {
+	indexed := c.index.target(key)
+	c.setFailure(indexed, "ns/cm", errors.New(strings.Repeat("x", 100_000)))
+	if n := len(indexed.failed["ns/cm"]); n != maxLastError {
 		t.Errorf("a failure is kept with %d bytes of message", n)
 	}
 }

@@ -6,7 +6,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/tools/cache"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/tenancy"
@@ -35,7 +34,7 @@ import (
 // items are indexed and unindexed: the hot path never lists.
 
 // quotaUsage is what the quota of one namespace (or of the cluster kinds)
-// counts. Guarded by Collector.mu.
+// counts. Guarded by itemIndex.mu.
 type quotaUsage struct {
 	// items are the indexed items of the namespace's targets.
 	items int64
@@ -75,30 +74,43 @@ func (c *Collector) itemQuotas(key targetKey) tenancy.QuotaSet {
 	return tenancy.ScopeQuotas(key.Namespace, list, c.cfg.Quotas)
 }
 
-// setQuotaLocked gives a target the quotas in force and, when they changed
-// while objects wait, tries those again. The caller holds c.mu.
-func (c *Collector) setQuotaLocked(t *target, q tenancy.QuotaSet) {
+// setLimits says whether a target collects and gives it the quotas in
+// force: when they changed while objects wait, those are tried again; a
+// target that stops collecting stops waiting.
+func (x *itemIndex) setLimits(key targetKey, collecting bool, q tenancy.QuotaSet) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	t := x.targetLocked(key)
+	if t.collecting = collecting; !collecting {
+		x.clearOverQuotaLocked(t)
+	}
 	changed := t.quota != q
 	t.quota = q
-	if changed && t.cfg != nil {
+	if changed && collecting {
 		for objKey := range t.overQuota {
-			c.queueObjectLocked(t, objKey)
+			x.requeue(t.key, objKey)
 		}
 	}
 }
 
-func (c *Collector) usageLocked(scope string) *quotaUsage {
-	u := c.usage[scope]
+func (x *itemIndex) usageLocked(scope string) *quotaUsage {
+	u := x.usage[scope]
 	if u == nil {
 		u = &quotaUsage{}
-		c.usage[scope] = u
+		x.usage[scope] = u
 	}
 	return u
 }
 
-// hasRoomLocked tells whether t may add one item now.
-func (c *Collector) hasRoomLocked(t *target) bool {
-	u := c.usageLocked(t.key.quotaScope())
+// hasRoom tells whether t may add one item now.
+func (x *itemIndex) hasRoom(t *indexed) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.hasRoomLocked(t)
+}
+
+func (x *itemIndex) hasRoomLocked(t *indexed) bool {
+	u := x.usageLocked(t.key.quotaScope())
 	return t.quota.Items.Allows(u.items + u.pending + 1)
 }
 
@@ -106,58 +118,58 @@ func (c *Collector) hasRoomLocked(t *target) bool {
 // The object stops waiting as it takes the place, so that a place freed
 // while it writes wakes another. A place taken is given back by
 // commitLocked once the item is indexed, or by releaseLocked.
-func (c *Collector) reserve(t *target, objKey string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.hasRoomLocked(t) {
+func (x *itemIndex) reserve(t *indexed, objKey string) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !x.hasRoomLocked(t) {
 		return false
 	}
-	c.usageLocked(t.key.quotaScope()).pending++
-	if c.setOverQuotaLocked(t, objKey, 0) {
-		c.statusQueue.AddAfter(t.key, statusDelay)
+	x.usageLocked(t.key.quotaScope()).pending++
+	if x.setOverQuotaLocked(t, objKey, 0) {
+		x.report(t.key)
 	}
 	return true
 }
 
 // commitLocked gives back a place reserve took once its item is indexed,
 // and so counted.
-func (c *Collector) commitLocked(t *target) {
-	c.usageLocked(t.key.quotaScope()).pending--
+func (x *itemIndex) commitLocked(t *indexed) {
+	x.usageLocked(t.key.quotaScope()).pending--
 }
 
 // releaseLocked gives back a place reserve took for an item not written
 // after all: the place is free again, for whoever waits. The object that
 // took it retries on its own, competing with them.
-func (c *Collector) releaseLocked(t *target) {
+func (x *itemIndex) releaseLocked(t *indexed) {
 	scope := t.key.quotaScope()
-	u := c.usageLocked(scope)
+	u := x.usageLocked(scope)
 	u.pending--
 	if u.waiting > 0 {
-		c.wakeWaitingLocked(scope, u)
+		x.wakeWaitingLocked(scope, u)
 	}
 }
 
 // countItemLocked follows the index: delta items added (+) or removed (-).
 // Removed items free places for waiting objects.
-func (c *Collector) countItemLocked(t *target, delta int64) {
+func (x *itemIndex) countItemLocked(t *indexed, delta int64) {
 	if delta == 0 {
 		return
 	}
 	scope := t.key.quotaScope()
-	u := c.usageLocked(scope)
+	u := x.usageLocked(scope)
 	u.items += delta
 	if delta < 0 && u.waiting > 0 {
-		c.wakeWaitingLocked(scope, u)
+		x.wakeWaitingLocked(scope, u)
 	}
 }
 
 // wakeWaitingLocked queues as many waiting objects of a namespace as it
 // has free places (all of them when its quota is unlimited now). The
 // targets of a namespace share its quota: the first one gives the limit.
-func (c *Collector) wakeWaitingLocked(scope string, u *quotaUsage) {
+func (x *itemIndex) wakeWaitingLocked(scope string, u *quotaUsage) {
 	free, known := int64(0), false
-	for _, t := range c.state {
-		if t.key.quotaScope() != scope || t.cfg == nil || len(t.overQuota) == 0 {
+	for _, t := range x.targets {
+		if t.key.quotaScope() != scope || !t.collecting || len(t.overQuota) == 0 {
 			continue
 		}
 		if !known {
@@ -171,39 +183,30 @@ func (c *Collector) wakeWaitingLocked(scope string, u *quotaUsage) {
 				return
 			}
 			if why == overCount {
-				c.queueObjectLocked(t, objKey)
+				x.requeue(t.key, objKey)
 				free--
 			}
 		}
 	}
 }
 
-// queueObjectLocked queues one object of a target for syncObject.
-func (c *Collector) queueObjectLocked(t *target, objKey string) {
-	if c.objectQueue == nil {
-		return // not running (tests of the index)
-	}
-	ns, name, _ := cache.SplitMetaNamespaceKey(objKey)
-	c.objectQueue.Add(objectKey{target: t.key, namespace: ns, name: name}.queued())
-}
-
 // setOverQuota records (why non-zero) or clears why an object of t is not
 // collected, and reports a change.
-func (c *Collector) setOverQuota(t *target, objKey string, why overQuota) {
-	c.mu.Lock()
-	changed := c.setOverQuotaLocked(t, objKey, why)
-	c.mu.Unlock()
+func (x *itemIndex) setOverQuota(t *indexed, objKey string, why overQuota) {
+	x.mu.Lock()
+	changed := x.setOverQuotaLocked(t, objKey, why)
+	x.mu.Unlock()
 	if changed {
-		c.statusQueue.AddAfter(t.key, statusDelay)
+		x.report(t.key)
 	}
 }
 
-func (c *Collector) setOverQuotaLocked(t *target, objKey string, why overQuota) bool {
+func (x *itemIndex) setOverQuotaLocked(t *indexed, objKey string, why overQuota) bool {
 	old, had := t.overQuota[objKey]
 	if old == why || (!had && why == 0) {
 		return false
 	}
-	u := c.usageLocked(t.key.quotaScope())
+	u := x.usageLocked(t.key.quotaScope())
 	if old == overCount {
 		u.waiting--
 	}
@@ -220,15 +223,15 @@ func (c *Collector) setOverQuotaLocked(t *target, objKey string, why overQuota) 
 
 // clearOverQuotaLocked forgets every over-quota object of a target that
 // stops collecting: it is no longer waiting for anything.
-func (c *Collector) clearOverQuotaLocked(t *target) {
+func (x *itemIndex) clearOverQuotaLocked(t *indexed) {
 	for objKey := range t.overQuota {
-		c.setOverQuotaLocked(t, objKey, 0)
+		x.setOverQuotaLocked(t, objKey, 0)
 	}
 }
 
 // quotaReportLocked is the count and message of a target's over-quota
 // objects, for status.collection.
-func (c *Collector) quotaReportLocked(t *target) (int64, string) {
+func (x *itemIndex) quotaReportLocked(t *indexed) (int64, string) {
 	var count, size int64
 	for _, why := range t.overQuota {
 		if why == overCount {
@@ -247,7 +250,7 @@ func (c *Collector) quotaReportLocked(t *target) (int64, string) {
 			holders = "the ClusterTargets"
 		}
 		msg = fmt.Sprintf("%s not collected: %s hold %d items and the limit is %d, the %s; they are collected as places free (items deleted, the limit raised)",
-			objects(count), holders, c.usageLocked(t.key.quotaScope()).items, t.quota.Items.Limit, t.quota.Items.By)
+			objects(count), holders, x.usageLocked(t.key.quotaScope()).items, t.quota.Items.Limit, t.quota.Items.By)
 	}
 	if size > 0 {
 		if msg != "" {

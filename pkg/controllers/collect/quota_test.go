@@ -16,21 +16,20 @@ import (
 // quotaCollector is a collector with its index and queues only: what the
 // quota bookkeeping touches.
 func quotaCollector(t *testing.T) *Collector {
-	c := &Collector{state: map[targetKey]*target{}, usage: map[string]*quotaUsage{},
+	c := &Collector{targets: newTargetSet(),
 		objectQueue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[queuedObject]()),
 		statusQueue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[targetKey]())}
+	c.index = newItemIndex(c.queueObject, c.queueStatus)
+	c.informers = newInformerSet(nil, nil, informerHandlers{})
 	t.Cleanup(func() { c.objectQueue.ShutDown(); c.statusQueue.ShutDown() })
 	return c
 }
 
 // quotaTarget adds a collecting target under quota qs.
-func (c *Collector) quotaTarget(key targetKey, qs tenancy.QuotaSet) *target {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := c.stateLocked(key)
-	t.cfg = &targetConfig{}
-	t.quota = qs
-	return t
+func (c *Collector) quotaTarget(key targetKey, qs tenancy.QuotaSet) *indexed {
+	c.targets.update(key, func(t *target) { t.spec = &targetSpec{} })
+	c.index.setLimits(key, true, qs)
+	return c.index.target(key)
 }
 
 func itemsQuota(limit int64) tenancy.QuotaSet {
@@ -48,42 +47,42 @@ func TestQuotaCounts(t *testing.T) {
 	other := c.quotaTarget(targetKey{Namespace: "team-b", Name: "a"}, itemsQuota(3))
 	cluster := c.quotaTarget(targetKey{Cluster: true, Name: "a"}, itemsQuota(3))
 
-	c.mu.Lock()
-	c.indexLocked(a, "a-1", &itemEntry{objKey: "team-a/1"})
-	c.indexLocked(a, "a-1", &itemEntry{objKey: "team-a/1"}) // an update: no new place
-	c.indexLocked(b, "b-2", &itemEntry{objKey: "team-a/2"})
-	c.indexLocked(other, "a-1", &itemEntry{objKey: "team-b/1"})
-	c.indexLocked(cluster, "a-1", &itemEntry{objKey: "team-a/1"})
-	c.mu.Unlock()
-	if u := c.usage["team-a"]; u.items != 2 {
+	c.index.mu.Lock()
+	c.index.indexLocked(a, "a-1", &itemEntry{objKey: "team-a/1"})
+	c.index.indexLocked(a, "a-1", &itemEntry{objKey: "team-a/1"}) // an update: no new place
+	c.index.indexLocked(b, "b-2", &itemEntry{objKey: "team-a/2"})
+	c.index.indexLocked(other, "a-1", &itemEntry{objKey: "team-b/1"})
+	c.index.indexLocked(cluster, "a-1", &itemEntry{objKey: "team-a/1"})
+	c.index.mu.Unlock()
+	if u := c.index.usage["team-a"]; u.items != 2 {
 		t.Fatalf("team-a holds %d items, want 2", u.items)
 	}
-	if c.usage["team-b"].items != 1 || c.usage[""].items != 1 {
-		t.Fatalf("team-b %d, cluster %d, want 1 each", c.usage["team-b"].items, c.usage[""].items)
+	if c.index.usage["team-b"].items != 1 || c.index.usage[""].items != 1 {
+		t.Fatalf("team-b %d, cluster %d, want 1 each", c.index.usage["team-b"].items, c.index.usage[""].items)
 	}
 
-	if !c.reserve(a, "team-a/3") {
+	if !c.index.reserve(a, "team-a/3") {
 		t.Fatal("the third place of three is free")
 	}
-	if c.reserve(b, "team-a/4") {
+	if c.index.reserve(b, "team-a/4") {
 		t.Fatal("a reserved place must count: the quota is full")
 	}
-	if !c.reserve(other, "team-b/2") || !c.reserve(cluster, "team-a/2") {
+	if !c.index.reserve(other, "team-b/2") || !c.index.reserve(cluster, "team-a/2") {
 		t.Fatal("other namespaces and the cluster kinds have their own quotas")
 	}
-	c.mu.Lock()
-	c.indexLocked(a, "a-3", &itemEntry{objKey: "team-a/3"})
-	c.commitLocked(a)
-	c.mu.Unlock()
-	if u := c.usage["team-a"]; u.items != 3 || u.pending != 0 {
+	c.index.mu.Lock()
+	c.index.indexLocked(a, "a-3", &itemEntry{objKey: "team-a/3"})
+	c.index.commitLocked(a)
+	c.index.mu.Unlock()
+	if u := c.index.usage["team-a"]; u.items != 3 || u.pending != 0 {
 		t.Fatalf("after the write: %+v, want 3 items, none pending", *u)
 	}
 
-	c.mu.Lock()
-	c.unindexLocked(a, "a-1")
-	c.unindexAllLocked(b)
-	c.mu.Unlock()
-	if u := c.usage["team-a"]; u.items != 1 {
+	c.index.mu.Lock()
+	c.index.unindexLocked(a, "a-1")
+	c.index.unindexAllLocked(b)
+	c.index.mu.Unlock()
+	if u := c.index.usage["team-a"]; u.items != 1 {
 		t.Fatalf("after removals: %d items, want 1", u.items)
 	}
 }
@@ -97,23 +96,23 @@ func TestQuotaWaiting(t *testing.T) {
 	a := c.quotaTarget(targetKey{Namespace: "team-a", Name: "a"}, itemsQuota(2))
 	b := c.quotaTarget(targetKey{Namespace: "team-a", Name: "b"}, itemsQuota(2))
 	d := c.quotaTarget(targetKey{Namespace: "team-a", Name: "d"}, itemsQuota(2))
-	c.mu.Lock()
-	c.indexLocked(a, "a-1", &itemEntry{objKey: "team-a/1"})
-	c.indexLocked(a, "a-2", &itemEntry{objKey: "team-a/2"})
-	c.mu.Unlock()
+	c.index.mu.Lock()
+	c.index.indexLocked(a, "a-1", &itemEntry{objKey: "team-a/1"})
+	c.index.indexLocked(a, "a-2", &itemEntry{objKey: "team-a/2"})
+	c.index.mu.Unlock()
 	for i := 3; i <= 6; i++ {
-		c.setOverQuota(b, fmt.Sprintf("team-a/%d", i), overCount)
+		c.index.setOverQuota(b, fmt.Sprintf("team-a/%d", i), overCount)
 	}
-	c.setOverQuota(b, "team-a/big", overSize)
-	c.setOverQuota(b, "team-a/3", overCount) // again: no change
-	c.setOverQuota(d, "team-a/3", overCount)
-	if w := c.usage["team-a"].waiting; w != 5 {
+	c.index.setOverQuota(b, "team-a/big", overSize)
+	c.index.setOverQuota(b, "team-a/3", overCount) // again: no change
+	c.index.setOverQuota(d, "team-a/3", overCount)
+	if w := c.index.usage["team-a"].waiting; w != 5 {
 		t.Fatalf("%d waiting, want 5 (the oversized object waits for nothing)", w)
 	}
 
-	c.mu.Lock()
-	n, msg := c.quotaReportLocked(b)
-	c.mu.Unlock()
+	c.index.mu.Lock()
+	n, msg := c.index.quotaReportLocked(b)
+	c.index.mu.Unlock()
 	if n != 5 {
 		t.Errorf("overQuotaCount %d, want 5", n)
 	}
@@ -125,34 +124,32 @@ func TestQuotaWaiting(t *testing.T) {
 			t.Errorf("message %q\nwants %q", msg, want)
 		}
 	}
-	if n, _ := c.quotaReportLocked(a); n != 0 {
+	if n, _ := c.index.quotaReportLocked(a); n != 0 {
 		t.Errorf("target a reports %d over quota", n)
 	}
 
 	// One item goes: one waiting object, of either target, is tried.
-	c.mu.Lock()
-	c.unindexLocked(a, "a-1")
-	c.mu.Unlock()
+	c.index.mu.Lock()
+	c.index.unindexLocked(a, "a-1")
+	c.index.mu.Unlock()
 	if got := c.objectQueue.Len(); got != 1 {
 		t.Fatalf("%d objects queued after one place freed, want 1", got)
 	}
 	k, _ := c.objectQueue.Get()
 	c.objectQueue.Done(k)
 	// The limit rises: every object over the quota is tried again.
-	c.mu.Lock()
-	c.setQuotaLocked(b, itemsQuota(10))
-	c.mu.Unlock()
+	c.index.setLimits(b.key, true, itemsQuota(10))
 	if got := c.objectQueue.Len(); got != 5 {
 		t.Fatalf("%d objects queued after the limit rose, want all 5", got)
 	}
 
 	// Collected, or no longer matching: no longer waiting.
-	c.setOverQuota(b, "team-a/3", 0)
-	c.mu.Lock()
-	c.clearOverQuotaLocked(b)
-	c.clearOverQuotaLocked(d)
-	c.mu.Unlock()
-	if w := c.usage["team-a"].waiting; w != 0 || len(b.overQuota) != 0 {
+	c.index.setOverQuota(b, "team-a/3", 0)
+	c.index.mu.Lock()
+	c.index.clearOverQuotaLocked(b)
+	c.index.clearOverQuotaLocked(d)
+	c.index.mu.Unlock()
+	if w := c.index.usage["team-a"].waiting; w != 0 || len(b.overQuota) != 0 {
 		t.Fatalf("%d waiting, %d over quota after clearing, want none", w, len(b.overQuota))
 	}
 }
@@ -178,26 +175,26 @@ func TestFreedPlaceGoesToAWaitingObject(t *testing.T) {
 	for round := range 40 {
 		c := quotaCollector(t)
 		a := c.quotaTarget(targetKey{Namespace: "team-a", Name: "a"}, itemsQuota(2))
-		c.mu.Lock()
-		c.indexLocked(a, "a-1", &itemEntry{objKey: "team-a/1"})
-		c.indexLocked(a, "a-2", &itemEntry{objKey: "team-a/2"})
-		c.mu.Unlock()
-		c.setOverQuota(a, "team-a/x", overCount)
-		c.setOverQuota(a, "team-a/y", overCount)
+		c.index.mu.Lock()
+		c.index.indexLocked(a, "a-1", &itemEntry{objKey: "team-a/1"})
+		c.index.indexLocked(a, "a-2", &itemEntry{objKey: "team-a/2"})
+		c.index.mu.Unlock()
+		c.index.setOverQuota(a, "team-a/x", overCount)
+		c.index.setOverQuota(a, "team-a/y", overCount)
 
 		// One place frees: one object is woken, takes it and writes.
-		c.mu.Lock()
-		c.unindexLocked(a, "a-1")
-		c.mu.Unlock()
+		c.index.mu.Lock()
+		c.index.unindexLocked(a, "a-1")
+		c.index.mu.Unlock()
 		k, _ := c.objectQueue.Get()
 		woken := objKeyOfQueued(k)
-		if !c.reserve(a, woken) {
+		if !c.index.reserve(a, woken) {
 			t.Fatalf("round %d: %s was woken for a free place and found none", round, woken)
 		}
 		// Another frees while that write is in flight: the other object.
-		c.mu.Lock()
-		c.unindexLocked(a, "a-2")
-		c.mu.Unlock()
+		c.index.mu.Lock()
+		c.index.unindexLocked(a, "a-2")
+		c.index.mu.Unlock()
 		if c.objectQueue.Len() != 1 {
 			t.Fatalf("round %d: the second freed place woke no waiting object (%s holds the first)", round, woken)
 		}
@@ -209,10 +206,10 @@ func TestFreedPlaceGoesToAWaitingObject(t *testing.T) {
 
 		// The write fails and its object stops matching: the place it gives
 		// back is offered to whoever still waits.
-		c.setOverQuota(a, "team-a/z", overCount)
-		c.mu.Lock()
-		c.releaseLocked(a)
-		c.mu.Unlock()
+		c.index.setOverQuota(a, "team-a/z", overCount)
+		c.index.mu.Lock()
+		c.index.releaseLocked(a)
+		c.index.mu.Unlock()
 		c.objectQueue.Done(k)
 		if c.objectQueue.Len() == 0 {
 			t.Fatalf("round %d: a place given back unwritten woke no waiting object", round)

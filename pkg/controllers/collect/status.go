@@ -39,33 +39,37 @@ func shorten(s string, n int) string {
 
 // reportable says whether the collector has something to say about a
 // target: before its first walk the derived Pending says it all.
-func (c *Collector) reportableLocked(t *target) bool {
+func reportable(t *target, inf *gvrInformer) bool {
 	if t.reason != "" || t.partial != nil || t.suspended || t.walkedOnce {
 		return true
 	}
-	return t.informer != nil && t.informer.listErr.Load() != nil
+	return inf != nil && inf.listErr.Load() != nil
 }
 
-// observationLocked is what the collector reports about a target now.
-func (c *Collector) observationLocked(t *target) (*v1alpha1.CollectionObservation, []string) {
+// observation is what the collector reports about a target now.
+func (c *Collector) observation(key targetKey, t *target, inf *gvrInformer) (*v1alpha1.CollectionObservation, []string) {
+	n := c.index.counts(key)
 	obs := &v1alpha1.CollectionObservation{
 		ObservedGeneration: t.generation,
-		ItemCount:          int64(len(t.items)),
-		FailedCount:        int64(len(t.failed)),
-		LastError:          t.lastError,
+		ItemCount:          n.items,
+		FailedCount:        n.failed,
 		Reason:             t.reason,
+		LastError:          t.message,
 		LastFullSyncTime:   timeOrNil(t.lastFullSync),
-		LastChangeTime:     timeOrNil(t.lastChange),
+		LastChangeTime:     timeOrNil(n.lastChange),
 	}
-	if t.cfg != nil && t.informer != nil && !t.informer.synced.Load() {
-		if msg := t.informer.listErr.Load(); msg != nil {
+	if t.reason == "" && !t.suspended && n.failed > 0 {
+		obs.LastError = n.lastFailure
+	}
+	if t.spec != nil && inf != nil && !inf.synced.Load() {
+		if msg := inf.listErr.Load(); msg != nil {
 			obs.Reason, obs.LastError = ReasonListFailed, *msg
 		}
 	}
-	if n, msg := c.quotaReportLocked(t); n > 0 {
-		obs.OverQuotaCount = n
+	if n.overQuota > 0 {
+		obs.OverQuotaCount = n.overQuota
 		if obs.Reason == "" {
-			obs.Reason, obs.LastError = kollect.ReasonQuotaExceeded, msg
+			obs.Reason, obs.LastError = kollect.ReasonQuotaExceeded, n.quotaMessage
 		}
 	}
 	if obs.Reason == "" && t.partial != nil {
@@ -73,8 +77,8 @@ func (c *Collector) observationLocked(t *target) (*v1alpha1.CollectionObservatio
 	}
 	obs.LastError = shorten(obs.LastError, maxLastError)
 	var namespaces []string
-	if t.key.Cluster {
-		namespaces = c.matchedNamespaces(t.cfg)
+	if key.Cluster {
+		namespaces = c.matchedNamespaces(t.spec)
 	}
 	return obs, namespaces
 }
@@ -118,18 +122,18 @@ func failureReason(o *v1alpha1.CollectionObservation) string {
 // of lastChangeTime alone is written at most every timeOnlyReportInterval,
 // so a stream of item updates does not become a stream of status writes.
 func (c *Collector) syncStatus(ctx context.Context, key targetKey) error {
-	c.mu.Lock()
-	t := c.state[key]
-	if t == nil || !c.reportableLocked(t) {
-		c.mu.Unlock()
+	// What the collector can say now, and what it said last.
+	t, ok := c.targets.get(key)
+	inf := c.informers.of(key)
+	if !ok || !reportable(&t, inf) {
 		return nil
 	}
-	obs, namespaces := c.observationLocked(t)
-	prev, prevNamespaces, reportedAt := t.reported, t.reportedNamespaces, t.reportedAt
-	c.mu.Unlock()
+	obs, namespaces := c.observation(key, &t, inf)
+	prev := t.reported
 
-	if prev != nil && slices.Equal(prevNamespaces, namespaces) && apiequality.Semantic.DeepEqual(withoutTimes(prev), withoutTimes(obs)) {
-		switch since := time.Since(reportedAt); {
+	// Nothing new, or only times that may wait: nothing to write.
+	if prev != nil && slices.Equal(t.reportedNamespaces, namespaces) && apiequality.Semantic.DeepEqual(withoutTimes(prev), withoutTimes(obs)) {
+		switch since := time.Since(t.reportedAt); {
 		case !timeEqual(prev.LastFullSyncTime, obs.LastFullSyncTime):
 		case timeEqual(prev.LastChangeTime, obs.LastChangeTime):
 			return nil
@@ -138,17 +142,19 @@ func (c *Collector) syncStatus(ctx context.Context, key targetKey) error {
 			return nil
 		}
 	}
+
+	// Write it; the registry derives the conditions in the same write.
 	if err := c.writeStatus(ctx, key, obs, namespaces); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return err
 	}
-	c.mu.Lock()
-	if c.state[key] == t {
+	c.targets.update(key, func(t *target) {
 		t.reported, t.reportedNamespaces, t.reportedAt = obs, namespaces, time.Now()
-	}
-	c.mu.Unlock()
+	})
+
+	// A new failure is also a Warning Event.
 	if reason := failureReason(obs); reason != "" && reason != failureReason(prev) {
 		c.warn(key, reason, obs.LastError)
 	}
@@ -197,7 +203,7 @@ func (c *Collector) writeStatus(ctx context.Context, key targetKey, obs *v1alpha
 // `kubectl describe` finds it. Events of ClusterTargets go to the default
 // namespace, as Kubernetes does for cluster-scoped objects.
 func (c *Collector) warn(key targetKey, reason, note string) {
-	v, err := c.getView(key)
+	v, err := c.getTarget(key)
 	if err != nil || v == nil {
 		return
 	}

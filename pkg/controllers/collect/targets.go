@@ -2,18 +2,16 @@ package collect
 
 import (
 	"context"
-	"fmt"
 	"slices"
+	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/finalizers"
-	"kollect.dev/kollect/pkg/controllers/source"
 	"kollect.dev/kollect/pkg/tenancy"
 )
 
@@ -51,8 +49,8 @@ func (k targetKey) itemKind() string {
 	return "InventoryItem"
 }
 
-// view is what the collector reads of a Target or ClusterTarget.
-type view struct {
+// targetObject is what the collector reads of a Target or ClusterTarget.
+type targetObject struct {
 	key             targetKey
 	uid             types.UID
 	resourceVersion string
@@ -71,8 +69,8 @@ type view struct {
 	requester  *v1alpha1.RequesterInfo
 }
 
-func viewOf(key targetKey, meta *metav1.ObjectMeta) *view {
-	return &view{
+func targetObjectOf(key targetKey, meta *metav1.ObjectMeta) *targetObject {
+	return &targetObject{
 		key:             key,
 		uid:             meta.UID,
 		resourceVersion: meta.ResourceVersion,
@@ -82,8 +80,8 @@ func viewOf(key targetKey, meta *metav1.ObjectMeta) *view {
 	}
 }
 
-func viewOfTarget(t *v1alpha1.Target) *view {
-	v := viewOf(targetKey{Namespace: t.Namespace, Name: t.Name}, &t.ObjectMeta)
+func targetObjectOfTarget(t *v1alpha1.Target) *targetObject {
+	v := targetObjectOf(targetKey{Namespace: t.Namespace, Name: t.Name}, &t.ObjectMeta)
 	v.suspend = t.Spec.Suspend
 	v.profile = types.NamespacedName{Namespace: t.Namespace, Name: t.Spec.ProfileRef.Name}
 	v.labelSelector, v.names = t.Spec.LabelSelector, t.Spec.Names
@@ -91,8 +89,8 @@ func viewOfTarget(t *v1alpha1.Target) *view {
 	return v
 }
 
-func viewOfClusterTarget(t *v1alpha1.ClusterTarget) *view {
-	v := viewOf(targetKey{Cluster: true, Name: t.Name}, &t.ObjectMeta)
+func targetObjectOfClusterTarget(t *v1alpha1.ClusterTarget) *targetObject {
+	v := targetObjectOf(targetKey{Cluster: true, Name: t.Name}, &t.ObjectMeta)
 	v.suspend = t.Spec.Suspend
 	v.profile = types.NamespacedName{Namespace: t.Spec.ProfileRef.Namespace, Name: t.Spec.ProfileRef.Name}
 	v.labelSelector, v.names = t.Spec.LabelSelector, t.Spec.Names
@@ -102,8 +100,9 @@ func viewOfClusterTarget(t *v1alpha1.ClusterTarget) *view {
 	return v
 }
 
-// getView reads a target from the informer cache; nil when it does not exist.
-func (c *Collector) getView(key targetKey) (*view, error) {
+// getTarget reads a target from the informer cache; nil when it does not
+// exist.
+func (c *Collector) getTarget(key targetKey) (*targetObject, error) {
 	if key.Cluster {
 		t, err := c.clusterTargetLister.Get(key.Name)
 		if apierrors.IsNotFound(err) {
@@ -112,7 +111,7 @@ func (c *Collector) getView(key targetKey) (*view, error) {
 		if err != nil {
 			return nil, err
 		}
-		return viewOfClusterTarget(t), nil
+		return targetObjectOfClusterTarget(t), nil
 	}
 	t, err := c.targetLister.Targets(key.Namespace).Get(key.Name)
 	if apierrors.IsNotFound(err) {
@@ -121,7 +120,7 @@ func (c *Collector) getView(key targetKey) (*view, error) {
 	if err != nil {
 		return nil, err
 	}
-	return viewOfTarget(t), nil
+	return targetObjectOfTarget(t), nil
 }
 
 // setFinalizer adds or removes the items finalizer. Metadata edits on the
@@ -134,121 +133,112 @@ func (c *Collector) setFinalizer(ctx context.Context, key targetKey, present boo
 	return finalizers.Set[*v1alpha1.Target](ctx, api.Targets(key.Namespace), key.Name, Finalizer, fieldManager, present)
 }
 
-// selection is a target's compiled choice of objects.
-type selection struct {
-	objects    labels.Selector
-	names      sets.Set[string]
-	namespaces labels.Selector // ClusterTarget only
-	include    sets.Set[string]
-	exclude    sets.Set[string]
-	// limits are the ClusterScopes' namespace limits (ClusterTarget only).
-	limits *tenancy.Limits
+// target is what the collector keeps of a target between its syncs: the
+// outcome of the last one, and what it last reported. Its items are in
+// the itemIndex, its informer in the informerSet.
+type target struct {
+	// spec is what the target collects with; nil while it cannot collect
+	// (no Profile, unknown kind, denied, suspended).
+	spec       *targetSpec
+	generation int64
+	suspended  bool
+	// reason and message say why it cannot collect.
+	reason, message string
+	// partial is a denial the target collects despite: a ClusterTarget
+	// including namespaces the ClusterScopes forbid. Reported when there
+	// is no blocking reason.
+	partial *tenancy.Denial
+
+	walked     string // what the target was last walked with
+	walkNeeded bool
+	walkedOnce bool
+	kindRetry  time.Duration
+
+	lastFullSync       time.Time
+	reported           *v1alpha1.CollectionObservation
+	reportedNamespaces []string
+	reportedAt         time.Time
 }
 
-// selectorOf compiles a label selector; absent selects everything (the
-// library's conversion of nil selects nothing).
-func selectorOf(s *metav1.LabelSelector) (labels.Selector, error) {
-	if s == nil {
-		return labels.Everything(), nil
-	}
-	return metav1.LabelSelectorAsSelector(s)
+// targetSet holds the state of every target the collector has seen; its
+// mutex guards the map and every target in it. Readers get copies.
+type targetSet struct {
+	mu      sync.Mutex
+	targets map[targetKey]*target
 }
 
-func newSelection(v *view, limits *tenancy.Limits) (*selection, error) {
-	objects, err := selectorOf(v.labelSelector)
-	if err != nil {
-		return nil, fmt.Errorf("spec.labelSelector: %v", err)
+func newTargetSet() *targetSet { return &targetSet{targets: map[targetKey]*target{}} }
+
+// get is a copy of a target's state, false when it has none.
+func (s *targetSet) get(key targetKey) (target, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.targets[key]
+	if !ok {
+		return target{}, false
 	}
-	s := &selection{objects: objects, names: sets.New(v.names...), include: sets.New(v.include...), exclude: sets.New(v.exclude...), limits: limits}
-	if v.key.Cluster {
-		if s.namespaces, err = selectorOf(v.namespaceSelector); err != nil {
-			return nil, fmt.Errorf("spec.namespaceSelector: %v", err)
-		}
-	}
-	return s, nil
+	return *t, true
 }
 
-// namespaceSelected says whether a ClusterTarget collects from a namespace
-// with these labels: the ClusterScopes and excludeNamespaces win,
-// includeNamespaces restricts, the namespaceSelector picks.
-func (s *selection) namespaceSelected(ns string, nsLabels map[string]string) bool {
-	if s.exclude.Has(ns) || (s.limits != nil && !s.limits.CollectsFrom(ns)) {
-		return false
+// update changes a target's state, creating it; f runs under the lock.
+func (s *targetSet) update(key targetKey, f func(t *target)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.targets[key]
+	if t == nil {
+		t = &target{}
+		s.targets[key] = t
 	}
-	if s.include.Len() > 0 && !s.include.Has(ns) {
-		return false
-	}
-	return s.namespaces.Matches(labels.Set(nsLabels))
+	f(t)
 }
 
-// Values of the kollect.dev/watch label.
-const (
-	watchEnabled  = "enabled"
-	watchDisabled = "disabled"
-)
-
-// watched applies the kollect.dev/watch labels: the object's label, when it
-// says enabled or disabled, wins over its namespace's; disabled excludes.
-// The label never adds an object the selectors do not pick.
-func watched(objLabels, nsLabels map[string]string) bool {
-	return watchedValue(objLabels[labelWatch], nsLabels)
+// remove forgets a target.
+func (s *targetSet) remove(key targetKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.targets, key)
 }
 
-// watchedValue is watched given the value of the object's label.
-func watchedValue(objLabel string, nsLabels map[string]string) bool {
-	switch objLabel {
-	case watchEnabled:
-		return true
-	case watchDisabled:
-		return false
+// keys lists the targets with state.
+func (s *targetSet) keys() []targetKey {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]targetKey, 0, len(s.targets))
+	for k := range s.targets {
+		out = append(out, k)
 	}
-	return nsLabels[labelWatch] != watchDisabled
-}
-
-// matches says whether a target collects an object.
-func (c *Collector) matches(key targetKey, cfg *targetConfig, obj *source.Object) bool {
-	var nsLabels map[string]string
-	if cfg.namespaced {
-		ns := obj.Namespace()
-		if !key.Cluster && ns != key.Namespace {
-			return false
-		}
-		n, err := c.namespaces.Get(ns)
-		switch {
-		case err == nil:
-			nsLabels = n.Labels
-		case key.Cluster:
-			// Not in the cache yet: its add event walks it.
-			return false
-		}
-		if key.Cluster && !cfg.sel.namespaceSelected(ns, nsLabels) {
-			return false
-		}
-	}
-	if cfg.sel.names.Len() > 0 && !cfg.sel.names.Has(obj.Name()) {
-		return false
-	}
-	if !cfg.sel.objects.Matches(obj.Labels()) {
-		return false
-	}
-	return watchedValue(obj.Labels().Get(labelWatch), nsLabels)
-}
-
-// matchedNamespaces lists, sorted, the namespaces a ClusterTarget collects from.
-func (c *Collector) matchedNamespaces(cfg *targetConfig) []string {
-	if cfg == nil || !cfg.namespaced {
-		return nil
-	}
-	all, err := c.namespaces.List(labels.Everything())
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, n := range all {
-		if cfg.sel.namespaceSelected(n.Name, n.Labels) {
-			out = append(out, n.Name)
-		}
-	}
-	slices.Sort(out)
 	return out
+}
+
+// spec is a target's spec, nil while it does not collect.
+func (s *targetSet) spec(key targetKey) *targetSpec {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.targets[key]; t != nil {
+		return t.spec
+	}
+	return nil
+}
+
+// collectingNamespaced lists the targets that may collect namespaced
+// objects in namespace ns.
+func (s *targetSet) collectingNamespaced(ns string) []targetKey {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []targetKey
+	for key, t := range s.targets {
+		if t.spec != nil && t.spec.namespaced && (key.Cluster || key.Namespace == ns) {
+			out = append(out, key)
+		}
+	}
+	return out
+}
+
+// requestWalks marks every target for a walk at its next sync.
+func (s *targetSet) requestWalks() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range s.targets {
+		t.walkNeeded = true
+	}
 }

@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/cache"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/controllers/extract"
@@ -167,39 +168,6 @@ func (c *Collector) storeFor(key targetKey) itemStore {
 	return c.itemStore
 }
 
-// itemEntry is the index's record of one stored item. It is kept small:
-// there is one per item.
-type itemEntry struct {
-	objKey   string // namespace/name of the source object
-	hash     itemHash
-	labels   string // labelsKey of the item's labels, shared by the target's items
-	sourceRV string
-	// extractedWith is the configuration fingerprint the hash was computed
-	// with; with an unchanged source resourceVersion it lets a walk skip
-	// extraction. Empty when unknown (read back from storage).
-	extractedWith string
-	// rv is the item's resourceVersion when this collector last wrote or
-	// read it: a watch event at or before it is not news (foreign.go).
-	rv uint64
-}
-
-// itemHash is an item's content hash (extract.Hash) as bytes rather than
-// 64 hex digits.
-type itemHash [sha256.Size]byte
-
-// hashOf parses a hash; one that does not parse (not written by this
-// collector) is the zero hash, which no content has: the item is rewritten.
-func hashOf(hexHash string) itemHash {
-	var h itemHash
-	if len(hexHash) != hex.EncodedLen(len(h)) {
-		return itemHash{}
-	}
-	if _, err := hex.Decode(h[:], []byte(hexHash)); err != nil {
-		return itemHash{}
-	}
-	return h
-}
-
 // objectKeyOf is the cache key of a source: namespace/name, or name.
 func objectKeyOf(namespace, name string) string {
 	if namespace == "" {
@@ -208,20 +176,26 @@ func objectKeyOf(namespace, name string) string {
 	return namespace + "/" + name
 }
 
+// namespaceOf is the namespace of a source's cache key.
+func namespaceOf(objKey string) string {
+	ns, _, _ := cache.SplitMetaNamespaceKey(objKey)
+	return ns
+}
+
 // itemLabels are the labels of a target's items.
-func itemLabels(key targetKey, cfg *targetConfig) map[string]string {
+func itemLabels(key targetKey, spec *targetSpec) map[string]string {
 	l := map[string]string{
 		labelTarget:     labelValue(key.Name),
-		labelProfile:    labelValue(cfg.profile.Name),
-		labelSourceKind: labelValue(cfg.gvk.Kind),
+		labelProfile:    labelValue(spec.profile.Name),
+		labelSourceKind: labelValue(spec.gvk.Kind),
 	}
-	group := cfg.gvk.Group
+	group := spec.gvk.Group
 	if group == "" {
 		group = "core"
 	}
 	l[labelSourceGroup] = labelValue(group)
 	if key.Cluster {
-		l[labelProfileNamespace] = cfg.profile.Namespace
+		l[labelProfileNamespace] = spec.profile.Namespace
 	}
 	return l
 }
@@ -229,11 +203,6 @@ func itemLabels(key targetKey, cfg *targetConfig) map[string]string {
 // labelsKey is a canonical string of a label set, for comparisons.
 func labelsKey(l map[string]string) string {
 	return labels.Set(l).String()
-}
-
-// entryOf turns a stored item into an index entry.
-func entryOf(s storedItem) *itemEntry {
-	return &itemEntry{objKey: s.objKey, hash: s.hash, labels: s.labels, sourceRV: s.sourceRV, rv: s.rv}
 }
 
 // deleteAllItems deletes every stored item of a target, read from storage
@@ -258,7 +227,7 @@ func (c *Collector) deleteItems(ctx context.Context, store itemStore, items []st
 			defer func() { <-sem }()
 			err := store.delete(ctx, it.namespace, it.name)
 			if err == nil {
-				c.countWrite(store.kind(), metrics.OpDelete)
+				countWrite(store.kind(), metrics.OpDelete)
 			}
 			errs <- err
 		}()

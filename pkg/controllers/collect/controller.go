@@ -1,0 +1,521 @@
+// Package collect is the collector: it turns the objects that Targets and
+// ClusterTargets select in the host cluster into InventoryItems and
+// ClusterInventoryItems, incrementally, deletions included.
+//
+// The parts, each in its own file and each with its own lock where it has
+// state:
+//
+//   - controller.go: the Collector, built with its informers and queues in
+//     New, started by Run; the event handlers that fill the queues.
+//   - sync_target.go: syncTarget, the reconcile of one Target or
+//     ClusterTarget: finalizer, Profile, kind, access, informer, walk.
+//   - targetspec.go: what a target collects, compiled (targetSpec), and
+//     whether it collects an object.
+//   - targets.go: the targets' state between syncs (targetSet).
+//   - informerset.go: one informer per collected resource, shared by the
+//     targets of its kind, in the shape they need (informerSet), and the
+//     one kind mapper.
+//   - sync_object.go: syncObject, one (target, object): extract, hash,
+//     write or delete the item.
+//   - itemindex.go: what the collector stored, per target (itemIndex):
+//     what a sync compares with instead of reading storage; quota.go
+//     counts it against the Scopes' quotas.
+//   - walk.go: the walks: a target's objects against its index, and the
+//     full walk that rebuilds the index from storage.
+//   - foreign.go: the watch of the stored items, for writes this
+//     collector did not make.
+//   - status.go: status.collection of each target.
+//   - access.go: the tenancy checks of a target at reconcile time.
+//   - itemstore.go: how items are named, labelled and stored.
+//
+// Informer events queue (target, object) keys; a worker extracts the
+// object through the target's Profile, hashes the content and writes the
+// item only when the hash differs from the index's, and deletes the item
+// when the object goes or stops matching. A full walk at start, after a
+// target or its Profile changes, and every resync period compares the
+// cluster with the stored items: it adds the missing, fixes the changed
+// and removes the stale. Targets report what they collected in
+// status.collection; the registry derives Ready and Degraded from it.
+//
+// Items are written straight to the server's etcd (pkg/itemstore), under
+// the keys the registry serves them from; Targets are read and updated
+// through the loopback client, and the collected objects, Namespaces and
+// Events live in the host cluster.
+package collect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/client-go/dynamic"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/controllers/informers"
+	"kollect.dev/kollect/pkg/controllers/metrics"
+	"kollect.dev/kollect/pkg/controllers/source"
+	"kollect.dev/kollect/pkg/generated/clientset/versioned"
+	kollectinformers "kollect.dev/kollect/pkg/generated/informers/externalversions"
+	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/itemstore"
+	"kollect.dev/kollect/pkg/kindmapper"
+	"kollect.dev/kollect/pkg/tenancy"
+)
+
+const (
+	// fieldManager writes the collector's status and finalizers.
+	fieldManager = "kollect-collector"
+	// DefaultResyncPeriod is how often a full walk runs between the
+	// incremental updates.
+	DefaultResyncPeriod = 10 * time.Minute
+	// DefaultWorkers is how many objects are extracted and written at once.
+	DefaultWorkers = 8
+
+	// statusDelay coalesces status reports: one write per target at most
+	// this often while items change.
+	statusDelay = time.Second
+	// timeOnlyReportInterval is how often a report whose only change is
+	// lastChangeTime is written.
+	timeOnlyReportInterval = 30 * time.Second
+	// kindRetryMin and kindRetryMax bound the retries of a target whose
+	// kind is not served (yet).
+	kindRetryMin, kindRetryMax = 2 * time.Second, 30 * time.Second
+)
+
+// Reasons the collector reports besides the API's own.
+const (
+	// ReasonProfileInvalid: the Profile does not compile (stored before a
+	// validation rule, or Secrets without the opt-in).
+	ReasonProfileInvalid = "ProfileInvalid"
+	// ReasonKindNotNamespaced: a Target (namespaced) for a cluster-scoped kind.
+	ReasonKindNotNamespaced = "KindNotNamespaced"
+	// ReasonListFailed: the host cluster refuses to list the kind (RBAC).
+	ReasonListFailed = "ListFailed"
+	// ReasonInvalidSelector: a selector that does not compile.
+	ReasonInvalidSelector = "InvalidSelector"
+)
+
+// Config is what the collector needs from the server.
+type Config struct {
+	// Host reaches the host cluster: the collected objects, Namespaces, Events.
+	Host *rest.Config
+	// Loopback reaches this server: Profiles, Targets, ClusterTargets.
+	Loopback *rest.Config
+	// Mapper resolves the kinds Profiles collect through the host
+	// cluster's discovery, refreshed on a miss; the server shares it with
+	// the registry's `list` check.
+	Mapper *kindmapper.Mapper
+	// Items and ClusterItems are where items are stored (the registry's
+	// etcd, written directly).
+	Items, ClusterItems *itemstore.Store
+	// Informers, when set, list and watch this server's kinds in process
+	// (the loopback client otherwise).
+	Informers informers.Source
+	// ResyncPeriod is the time between full walks; 0 means DefaultResyncPeriod.
+	ResyncPeriod time.Duration
+	// Workers is how many objects are reconciled at once; 0 means DefaultWorkers.
+	Workers int
+	// Identity names this replica in Events.
+	Identity string
+	// Authorizer re-checks that the requester recorded on a target may
+	// still use its Profile and list what it collects (the server's
+	// delegated authorizer). Nil skips the check: only a server without
+	// authorization has none.
+	Authorizer authorizer.Authorizer
+	// TenantMode (--tenant-mode) collects nothing for ClusterTargets;
+	// deleting one still deletes its items.
+	TenantMode bool
+	// RequesterMaxAge (--requester-max-age), when positive, stops the
+	// targets whose requester was recorded longer ago (RequesterExpired).
+	RequesterMaxAge time.Duration
+	// Quotas are the server's defaults of the Scopes' maxItems and
+	// maxItemBytes (--default-max-items, --default-max-item-bytes); the
+	// zero value sets none (quota.go).
+	Quotas tenancy.Quotas
+	// Holding tells whether this replica's lease is confirmed recently
+	// enough that no other replica can have taken over: item writes wait
+	// for it. Nil: always (no leader election).
+	Holding func() bool
+}
+
+// errLeaseUnconfirmed refuses an item write while this replica cannot tell
+// it still leads: resumed after a pause, say, before the leader election
+// notices that another replica took over.
+var errLeaseUnconfirmed = errors.New("the controllers' lease is not confirmed: item writes wait")
+
+// Collector runs the collection controller.
+type Collector struct {
+	cfg     Config
+	workers int
+
+	kube    kubernetes.Interface
+	kollect versioned.Interface
+
+	kollectFactory      kollectinformers.SharedInformerFactory
+	kubeFactory         kubeinformers.SharedInformerFactory
+	profileLister       kollectlisters.ProfileLister
+	targetLister        kollectlisters.TargetLister
+	clusterTargetLister kollectlisters.ClusterTargetLister
+	scopeLister         kollectlisters.ScopeLister
+	clusterScopeLister  kollectlisters.ClusterScopeLister
+	namespaces          corev1listers.NamespaceLister
+
+	events      events.EventBroadcaster
+	recorder    events.EventRecorder
+	targetQueue workqueue.TypedRateLimitingInterface[targetKey]
+	objectQueue workqueue.TypedRateLimitingInterface[queuedObject]
+	statusQueue workqueue.TypedRateLimitingInterface[targetKey]
+
+	// The parts with state, each behind its own lock.
+	targets   *targetSet
+	informers *informerSet
+	index     *itemIndex
+
+	itemStore, clusterItemStore itemStore
+
+	// walkRequests asks for a full walk before the resync period is over
+	// (foreign.go).
+	walkRequests chan struct{}
+}
+
+// objectKey names one object for one target. An empty name asks for a walk
+// of the namespace (after its labels changed).
+type objectKey struct {
+	target          targetKey
+	namespace, name string
+}
+
+// New builds a collector, its informers and queues; Run starts it. A
+// Collector runs once.
+func New(cfg Config) (*Collector, error) {
+	if cfg.Host == nil || cfg.Loopback == nil || cfg.Mapper == nil || cfg.Items == nil || cfg.ClusterItems == nil {
+		return nil, errors.New("the collector needs the host and loopback configurations, the kind mapper and both item stores")
+	}
+	if cfg.ResyncPeriod <= 0 {
+		cfg.ResyncPeriod = DefaultResyncPeriod
+	}
+	workers := cfg.Workers
+	if workers <= 0 {
+		workers = DefaultWorkers
+	}
+	host := rest.CopyConfig(cfg.Host)
+	if host.QPS == 0 {
+		// client-go's default of 5 is far too low for Events and discovery
+		// alongside informers of many kinds.
+		host.QPS, host.Burst = 50, 100
+	}
+	kube, err := kubernetes.NewForConfig(host)
+	if err != nil {
+		return nil, err
+	}
+	hostJSON, err := rest.UnversionedRESTClientFor(dynamic.ConfigFor(host))
+	if err != nil {
+		return nil, err
+	}
+	loopback := rest.CopyConfig(cfg.Loopback)
+	loopback.QPS, loopback.Burst = 200, 400
+	kc, err := versioned.NewForConfig(loopback)
+	if err != nil {
+		return nil, err
+	}
+	metrics.Register()
+
+	c := &Collector{
+		cfg:     cfg,
+		workers: workers,
+		kube:    kube,
+		kollect: kc,
+		targetQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[targetKey](),
+			workqueue.TypedRateLimitingQueueConfig[targetKey]{Name: "kollect_collect_targets"}),
+		objectQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[queuedObject](),
+			workqueue.TypedRateLimitingQueueConfig[queuedObject]{Name: "kollect_collect_objects"}),
+		statusQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[targetKey](),
+			workqueue.TypedRateLimitingQueueConfig[targetKey]{Name: "kollect_collect_status"}),
+		targets:          newTargetSet(),
+		itemStore:        etcdItems{cfg.Items},
+		clusterItemStore: etcdItems{cfg.ClusterItems},
+		walkRequests:     make(chan struct{}, 1),
+	}
+	c.index = newItemIndex(c.queueObject, c.queueStatus)
+	c.informers = newInformerSet(hostJSON, cfg.Mapper, informerHandlers{
+		object:    c.objectEvent,
+		synced:    func(keys []targetKey) { c.queueTargets(keys) },
+		listError: func(keys []targetKey) { c.queueStatuses(keys) },
+		gone:      func(keys []targetKey) { c.queueTargets(keys) },
+	})
+	c.events = events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()})
+	c.recorder = c.events.NewRecorder(scheme, "kollect-collector")
+
+	// This server's kinds, in process when the server offers them.
+	c.kollectFactory = kollectinformers.NewSharedInformerFactory(kc, 0)
+	informers.InProcess(c.kollectFactory, cfg.Informers, &v1alpha1.Profile{}, &v1alpha1.Target{}, &v1alpha1.ClusterTarget{},
+		&v1alpha1.Scope{}, &v1alpha1.ClusterScope{})
+	api := c.kollectFactory.Kollect().V1alpha1()
+	c.profileLister = api.Profiles().Lister()
+	c.targetLister = api.Targets().Lister()
+	c.clusterTargetLister = api.ClusterTargets().Lister()
+	c.scopeLister = api.Scopes().Lister()
+	c.clusterScopeLister = api.ClusterScopes().Lister()
+	c.kubeFactory = kubeinformers.NewSharedInformerFactory(kube, 0)
+	c.namespaces = c.kubeFactory.Core().V1().Namespaces().Lister()
+	if err := c.addHandlers(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// addHandlers connects the informers of this server's kinds and of
+// Namespaces to the queues.
+func (c *Collector) addHandlers() error {
+	api := c.kollectFactory.Kollect().V1alpha1()
+	targetHandler := cache.ResourceEventHandlerFuncs{
+		AddFunc: c.targetEvent,
+		UpdateFunc: func(old, obj any) {
+			// Status writes (the collector's own) change nothing to act on.
+			o, ok1 := old.(metav1.Object)
+			n, ok2 := obj.(metav1.Object)
+			if ok1 && ok2 && o.GetGeneration() == n.GetGeneration() && o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) &&
+				slices.Equal(o.GetFinalizers(), n.GetFinalizers()) {
+				return
+			}
+			c.targetEvent(obj)
+		},
+		DeleteFunc: c.targetEvent,
+	}
+	scopeHandler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.scopeEvent,
+		UpdateFunc: func(_, obj any) { c.scopeEvent(obj) },
+		DeleteFunc: c.scopeEvent,
+	}
+	for inf, h := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{
+		api.Targets().Informer():        targetHandler,
+		api.ClusterTargets().Informer(): targetHandler,
+		api.Scopes().Informer():         scopeHandler,
+		api.ClusterScopes().Informer():  scopeHandler,
+		api.Profiles().Informer(): cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.profileEvent,
+			UpdateFunc: func(_, obj any) { c.profileEvent(obj) },
+			DeleteFunc: c.profileEvent,
+		},
+		c.kubeFactory.Core().V1().Namespaces().Informer(): cache.ResourceEventHandlerFuncs{
+			AddFunc: c.namespaceEvent,
+			UpdateFunc: func(old, obj any) {
+				// Only labels decide what a namespace's objects are collected by.
+				o, ok1 := old.(metav1.Object)
+				n, ok2 := obj.(metav1.Object)
+				if ok1 && ok2 && maps.Equal(o.GetLabels(), n.GetLabels()) {
+					return
+				}
+				c.namespaceEvent(obj)
+			},
+			DeleteFunc: c.namespaceEvent,
+		},
+	} {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Run collects until ctx is done, then stops every informer and worker and
+// returns.
+func (c *Collector) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("collector")
+	ctx = klog.NewContext(ctx, logger)
+	if err := c.events.StartRecordingToSinkWithContext(ctx); err != nil {
+		return err
+	}
+	defer c.events.Shutdown()
+
+	var wg sync.WaitGroup
+	defer func() {
+		c.targetQueue.ShutDown()
+		c.objectQueue.ShutDown()
+		c.statusQueue.ShutDown()
+		wg.Wait()
+		c.informers.stopAll()
+		c.kollectFactory.Shutdown()
+		c.kubeFactory.Shutdown()
+		metrics.Items.WithLabelValues("InventoryItem").Set(0)
+		metrics.Items.WithLabelValues("ClusterInventoryItem").Set(0)
+		logger.Info("Collector stopped")
+	}()
+
+	// Start the informers of this server's kinds and of Namespaces, and
+	// wait for their caches.
+	c.kollectFactory.Start(ctx.Done())
+	c.kubeFactory.Start(ctx.Done())
+	for _, synced := range []map[reflect.Type]bool{c.kollectFactory.WaitForCacheSync(ctx.Done()), c.kubeFactory.WaitForCacheSync(ctx.Done())} {
+		for typ, ok := range synced {
+			if !ok {
+				return fmt.Errorf("informer of %v did not sync", typ)
+			}
+		}
+	}
+
+	// The stored items' watches start from before the index reads them.
+	itemsFrom, clusterItemsFrom, err := c.storedPositions(ctx)
+	if err != nil {
+		return nil // ctx done
+	}
+	// The index must hold the stored items before any worker compares with it.
+	if err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := c.resync(ctx); err != nil {
+			logger.Error(err, "Reading the stored items failed; retrying")
+			return false, nil
+		}
+		return true, nil
+	}); err != nil {
+		return nil // ctx done
+	}
+
+	run := func(n int, f func()) {
+		for range n {
+			wg.Go(f)
+		}
+	}
+	run(2, func() { processQueue(ctx, c.targetQueue, "Target", c.syncTarget) })
+	run(c.workers, func() {
+		processQueue(ctx, c.objectQueue, "Object", func(ctx context.Context, k queuedObject) error { return c.syncObject(ctx, k.key()) })
+	})
+	run(2, func() { processQueue(ctx, c.statusQueue, "Status", c.syncStatus) })
+	run(1, func() { c.watchItems(ctx, c.itemStore, false, itemsFrom) })
+	run(1, func() { c.watchItems(ctx, c.clusterItemStore, true, clusterItemsFrom) })
+	run(1, func() { c.resyncLoop(ctx) })
+	logger.Info("Collector started", "workers", c.workers, "resyncPeriod", c.cfg.ResyncPeriod)
+	<-ctx.Done()
+	return nil
+}
+
+// holding tells whether item writes may go ahead (Config.Holding).
+func (c *Collector) holding() bool { return c.cfg.Holding == nil || c.cfg.Holding() }
+
+func (c *Collector) targetEvent(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	switch t := obj.(type) {
+	case *v1alpha1.Target:
+		c.targetQueue.Add(targetKey{Namespace: t.Namespace, Name: t.Name})
+	case *v1alpha1.ClusterTarget:
+		c.targetQueue.Add(targetKey{Cluster: true, Name: t.Name})
+	}
+}
+
+// profileEvent queues the targets that use a Profile.
+func (c *Collector) profileEvent(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	p, ok := obj.(*v1alpha1.Profile)
+	if !ok {
+		return
+	}
+	if ts, err := c.targetLister.Targets(p.Namespace).List(labels.Everything()); err == nil {
+		for _, t := range ts {
+			if t.Spec.ProfileRef.Name == p.Name {
+				c.targetQueue.Add(targetKey{Namespace: t.Namespace, Name: t.Name})
+			}
+		}
+	}
+	if cts, err := c.clusterTargetLister.List(labels.Everything()); err == nil {
+		for _, t := range cts {
+			if t.Spec.ProfileRef.Namespace == p.Namespace && t.Spec.ProfileRef.Name == p.Name {
+				c.targetQueue.Add(targetKey{Cluster: true, Name: t.Name})
+			}
+		}
+	}
+}
+
+// scopeEvent syncs the targets a Scope or ClusterScope limits.
+func (c *Collector) scopeEvent(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	switch s := obj.(type) {
+	case *v1alpha1.Scope:
+		if ts, err := c.targetLister.Targets(s.Namespace).List(labels.Everything()); err == nil {
+			for _, t := range ts {
+				c.targetQueue.Add(targetKey{Namespace: t.Namespace, Name: t.Name})
+			}
+		}
+	case *v1alpha1.ClusterScope:
+		if ts, err := c.clusterTargetLister.List(labels.Everything()); err == nil {
+			for _, t := range ts {
+				c.targetQueue.Add(targetKey{Cluster: true, Name: t.Name})
+			}
+		}
+	}
+}
+
+// namespaceEvent walks a namespace again for every target that may collect
+// in it: its labels decide ClusterTarget selection and kollect.dev/watch.
+func (c *Collector) namespaceEvent(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	n, ok := obj.(metav1.Object)
+	if !ok {
+		return
+	}
+	ns := n.GetName()
+	for _, key := range c.targets.collectingNamespaced(ns) {
+		c.objectQueue.Add(objectKey{target: key, namespace: ns}.queued())
+		if key.Cluster {
+			c.statusQueue.AddAfter(key, statusDelay)
+		}
+	}
+}
+
+// objectEvent queues (target, object) for every user of an informer that
+// may collect the object.
+func (c *Collector) objectEvent(e *gvrInformer, obj any) {
+	metrics.CollectEvents.WithLabelValues(e.label).Inc()
+	ns, name, ok := source.NameOf(obj)
+	if !ok {
+		return
+	}
+	for _, k := range c.informers.usersOf(e) {
+		if k.Cluster || k.Namespace == ns {
+			c.objectQueue.Add(objectKey{target: k, namespace: ns, name: name}.queued())
+		}
+	}
+}
+
+// queueObject queues one object of a target; queueStatus a target's report.
+func (c *Collector) queueObject(key targetKey, objKey string) {
+	ns, name, _ := cache.SplitMetaNamespaceKey(objKey)
+	c.objectQueue.Add(objectKey{target: key, namespace: ns, name: name}.queued())
+}
+
+func (c *Collector) queueStatus(key targetKey) { c.statusQueue.AddAfter(key, statusDelay) }
+
+func (c *Collector) queueTargets(keys []targetKey) {
+	for _, k := range keys {
+		c.targetQueue.Add(k)
+	}
+}
+
+func (c *Collector) queueStatuses(keys []targetKey) {
+	for _, k := range keys {
+		c.queueStatus(k)
+	}
+}
