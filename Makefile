@@ -37,6 +37,10 @@ check-go:
 	@command -v $(GO) >/dev/null || { echo "make: Go is not installed (need Go 1.26, https://go.dev/dl)"; exit 1; }
 	@$(GO) version | grep -qE 'go1\.(2[6-9]|[3-9][0-9])' || { echo "make: need Go 1.26 or newer, have: $$($(GO) version)"; exit 1; }
 
+.PHONY: check-cc
+check-cc: check-go ## check that cgo has a C compiler, for the race step (gcc and libc6-dev on Debian)
+	@hack/check-cc.sh
+
 .PHONY: deps
 deps: check-go ## download the Go modules the build needs (with progress)
 	@hack/download-modules.sh
