@@ -8,8 +8,13 @@ BIN        := $(OUTDIR)/bin
 TOOLS_BIN  := $(OUTDIR)/tools/bin
 GO         ?= go
 FUZZTIME   ?= 10s
-# Packages whose tests need nothing but Go and the embedded etcd.
+# Unit and registry test packages (embedded etcd, the machine's PostgreSQL
+# and NATS, git; the harness test starts a real cluster) ...
 UNIT_PKGS  := ./pkg/... ./cmd/... ./test/eventfold/...
+# ... but for the controller packages, which run under the race detector
+# (make race, hack/race.sh): every package this pattern names, listed with
+# go list at run time, so new ones are picked up.
+export RACE_PKGS := ./pkg/controllers/...
 # What a platform team installs: the image, the alert rules and dashboard.
 # (The chart's install test is an e2e package, test/e2e/chart.)
 RELEASE_PKGS := ./test/image/... ./test/monitoring/...
@@ -21,7 +26,9 @@ IMAGE ?=
 # fuzzing) and for the pinned tools and the image (hack/build-tools.sh,
 # hack/build-image.sh): static, path-free builds whose compiled packages the
 # Go build cache shares between them, so a cold run compiles
-# k8s.io/apiserver and its kin once, not three times.
+# k8s.io/apiserver and its kin once, not three times. The one exception is
+# the race step (hack/race.sh): the race detector needs cgo, so it alone
+# builds with CGO_ENABLED=1.
 export CGO_ENABLED := 0
 export GOFLAGS     := $(strip $(GOFLAGS) -trimpath)
 
@@ -88,10 +95,15 @@ services: ## make sure PostgreSQL and NATS (JetStream) run on loopback; starts t
 	@bash hack/services.sh
 
 .PHONY: unit
-unit: build services ## unit and registry tests (real embedded etcd, Postgres, NATS, git; the harness test starts a real cluster)
+unit: build services ## unit and registry tests but for the controller packages (make race runs those)
 	@hack/build-tools.sh kube
-	@echo "unit and registry tests..."
-	@$(GO) test -count=1 $(UNIT_PKGS)
+	@echo "unit and registry tests (not $(RACE_PKGS): make race runs them)..."
+	@race=$$($(GO) list $(RACE_PKGS)); pkgs=$$($(GO) list $(UNIT_PKGS) | grep -vxF "$$race"); \
+		$(GO) test -count=1 -exec "$(CURDIR)/hack/postgres-lock.sh" $$pkgs
+
+.PHONY: race
+race: check-cc deps services ## the controller packages' unit tests under the race detector (the one step with cgo on)
+	@hack/race.sh
 
 .PHONY: release-check
 release-check: build ## the image (built and run unpacked) and the alert rules (promtool check and unit tests)
@@ -110,7 +122,7 @@ e2e: build services ## end-to-end tests through a real kube-apiserver (the chart
 	@hack/e2e.sh -timeout 30m
 
 .PHONY: test
-test: verify unit fuzz release-check e2e ## everything CI runs
+test: check-cc verify unit race fuzz release-check e2e ## everything CI runs
 	@echo "make test: all suites passed"
 
 # Knobs (test/bench/*_test.go): KOLLECT_BENCH_SIZES and KOLLECT_BENCH_EXPORT_SIZES (item counts,
