@@ -33,7 +33,9 @@ export CGO_ENABLED := 0
 export GOFLAGS     := $(strip $(GOFLAGS) -trimpath)
 
 export KOLLECT_BINARY    := $(abspath $(BIN)/kollect-apiserver)
-export KOLLECT_TOOLS_BIN := $(abspath $(TOOLS_BIN))
+# The pinned tools: _output/tools/bin unless KOLLECT_TOOLS_BIN names another
+# place (as for hack/build-tools.sh, which builds them there when missing).
+export KOLLECT_TOOLS_BIN ?= $(abspath $(TOOLS_BIN))
 
 .PHONY: help
 help: ## list the targets
@@ -65,7 +67,7 @@ tools: check-go ## build the pinned etcd, kube-apiserver, kube-controller-manage
 .PHONY: run
 run: build ## bring up a local cluster with Kollect registered, apply the examples, stay in the foreground
 	@hack/build-tools.sh kube
-	@$(BIN)/kollect-local --dir $(OUTDIR)/local --tools-dir $(TOOLS_BIN) --kollect-binary $(BIN)/kollect-apiserver --examples artifacts/examples
+	@$(BIN)/kollect-local --dir $(OUTDIR)/local --tools-dir $(KOLLECT_TOOLS_BIN) --kollect-binary $(BIN)/kollect-apiserver --examples artifacts/examples
 
 .PHONY: generate
 generate: check-go ## regenerate deepcopy, conversions, OpenAPI, clientset, listers, informers
