@@ -128,6 +128,7 @@ idle() {
 }
 
 e2e_started=0
+declare -A needs=([fuzz]=fuzz-build [race]=race-build)
 # tick: notes ended steps, and starts the background steps whose turn it is.
 tick() {
 	local name
@@ -139,12 +140,11 @@ tick() {
 		launch race-build 19 hack/race.sh --compile-only
 	fi
 	((e2e_started)) || return 0
-	local prev="" next build
+	# Beside e2e, one after another, each once what it needs has ended.
+	local prev="" next
 	for next in fuzz release-check race; do
 		if ! launched "${next}"; then
-			build=${next}-build
-			[[ "${next}" == release-check ]] && build=""
-			if { [[ -z "${prev}" ]] || ended "${prev}"; } && { [[ -z "${build}" ]] || ended "${build}"; }; then
+			if { [[ -z "${prev}" ]] || ended "${prev}"; } && { [[ -z "${needs[${next}]:-}" ]] || ended "${needs[${next}]}"; }; then
 				launch "${next}" 10 "${mk[@]}" "${next}"
 			fi
 			break
