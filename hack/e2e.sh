@@ -2,10 +2,19 @@
 # Runs the end-to-end packages in two lanes side by side. Each package brings
 # up its own clusters on loopback ports of its own and spends most of its
 # time waiting on them: the whole suite kept 2 cores 20 % busy two packages
-# at a time. The packages that reach the machine's PostgreSQL (their tests
-# read KOLLECT_TEST_POSTGRES_DSN) run one after another in one lane: the
-# export suite's outage test stops and restarts that server. The others run
-# two at a time in the other lane.
+# at a time.
+#
+# The export suite's outage tests stop and restart the machine's PostgreSQL;
+# every other package that reads KOLLECT_TEST_POSTGRES_DSN needs it up. Each
+# package runs under hack/postgres-lock.sh (go test -exec), which lets the
+# export suite run only while no other test on the machine uses that server
+# (the race step's too), whatever the timing. The lanes only order the
+# packages so that little waits on that lock:
+#
+#   postgres  the packages that use PostgreSQL, two at a time: the export
+#             suite first (it is the longest, and runs alone as far as
+#             PostgreSQL goes), then the others side by side
+#   others    the rest, two at a time
 #
 # Prints each package's result as it finishes, and a failing lane's whole
 # output at the end. Usage: hack/e2e.sh [go test flags...]
@@ -13,15 +22,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=$(go list ./test/e2e/...)
-postgres=() others=()
+stops=() uses=() others=()
 for pkg in ${pkgs}; do
 	dir=./${pkg#kollect.dev/kollect/}
 	compgen -G "${dir}/*_test.go" >/dev/null || continue
-	if grep -qs KOLLECT_TEST_POSTGRES_DSN "${dir}"/*_test.go; then
-		postgres+=("${dir}")
-	else
-		others+=("${dir}")
-	fi
+	case "$(hack/postgres-lock.sh --mode "${dir}")" in
+	exclusive) stops+=("${dir}") ;;
+	shared) uses+=("${dir}") ;;
+	*) others+=("${dir}") ;;
+	esac
 done
 
 # One server binary for every package: built here when make has not, so
@@ -38,6 +47,7 @@ sentinel=""
 # Interrupted (Ctrl-C, a CI timeout), the script stops what it started:
 # each lane runs in a process group of its own (setsid), its test binaries
 # and their clusters with it.
+# shellcheck disable=SC2317 # run by the trap
 cleanup() {
 	local pid
 	for pid in "${pids[@]}"; do
@@ -56,11 +66,11 @@ lane() {
 	(($#)) || return 0 # no package: go test alone would test the root
 	echo "e2e lane ${name} (${n} at a time): $*"
 	: >"${logs}/${name}.log"
-	setsid go test -count=1 -p "${n}" "${flags[@]}" "$@" >"${logs}/${name}.log" 2>&1 &
+	setsid go test -count=1 -p "${n}" -exec "${PWD}/hack/postgres-lock.sh" "${flags[@]}" "$@" >"${logs}/${name}.log" 2>&1 &
 	pids[${name}]=$!
 }
 flags=("$@")
-lane postgres 1 "${postgres[@]}"
+lane postgres 2 "${stops[@]}" "${uses[@]}"
 lane others 2 "${others[@]}"
 
 # Results as the packages finish, from both lanes, until the lanes end
