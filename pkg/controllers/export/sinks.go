@@ -17,6 +17,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 	applyv1alpha1 "kollect.dev/kollect/pkg/generated/applyconfiguration/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/tenancy"
 )
@@ -51,7 +52,7 @@ func (s *sinkClient) scrub(msg string) string {
 	for _, v := range s.secret {
 		values = append(values, string(v))
 	}
-	return sink.RedactString(msg, values)
+	return plumbing.RedactString(msg, values)
 }
 
 // ensureClient (re)builds the exporter's sink client when the sink's spec

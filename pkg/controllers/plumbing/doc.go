@@ -9,5 +9,7 @@
 //     cluster-scoped twin (Target and ClusterTarget, Inventory and
 //     ClusterInventory);
 //   - events.go: the Warning Events about Kollect objects, with the one
-//     cut of their notes.
+//     cut of their notes;
+//   - redact.go: the replacement of Secret values in text, with the one
+//     placeholder every part of Kollect shows.
 package plumbing
