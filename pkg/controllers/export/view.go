@@ -1,12 +1,10 @@
 package export
 
 import (
-	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
 
-	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
 )
 
@@ -296,47 +294,4 @@ func (s *subscription) giveBack(b *batch) {
 	if len(b.owed) > 0 || b.restate {
 		s.poke()
 	}
-}
-
-// itemOf converts a stored item to its exported form.
-func itemOf(meta itemMeta, source v1alpha1.ItemSource, attributes map[string]v1alpha1.Value, object *v1alpha1.Value, hash string) *sink.Item {
-	it := &sink.Item{
-		Namespace: meta.namespace,
-		Name:      meta.name,
-		Target:    meta.labels[v1alpha1.LabelTarget],
-		Profile:   meta.labels[v1alpha1.LabelProfile],
-		Source: sink.Source{
-			APIVersion: source.APIVersion,
-			Kind:       source.Kind,
-			Namespace:  source.Namespace,
-			Name:       source.Name,
-			UID:        string(source.UID),
-		},
-		Hash:            hash,
-		UID:             meta.uid,
-		ResourceVersion: meta.resourceVersion,
-	}
-	if len(attributes) > 0 {
-		// encoding/json sorts map keys: the same attributes give the same bytes.
-		if b, err := json.Marshal(attributes); err == nil {
-			it.Attributes = b
-		}
-	}
-	if object != nil && len(object.Raw) > 0 {
-		it.Object = json.RawMessage(object.Raw)
-	}
-	return it
-}
-
-type itemMeta struct {
-	namespace, name, uid, resourceVersion string
-	labels                                map[string]string
-}
-
-func fromItem(o *v1alpha1.InventoryItem) *sink.Item {
-	return itemOf(itemMeta{o.Namespace, o.Name, string(o.UID), o.ResourceVersion, o.Labels}, o.Source, o.Attributes, o.Object, o.Hash)
-}
-
-func fromClusterItem(o *v1alpha1.ClusterInventoryItem) *sink.Item {
-	return itemOf(itemMeta{"", o.Name, string(o.UID), o.ResourceVersion, o.Labels}, o.Source, o.Attributes, o.Object, o.Hash)
 }

@@ -1,0 +1,83 @@
+package export
+
+import (
+	"context"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1apply "k8s.io/client-go/applyconfigurations/meta/v1"
+	"k8s.io/klog/v2"
+
+	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	applyv1alpha1 "kollect.dev/kollect/pkg/generated/applyconfiguration/kollect/v1alpha1"
+)
+
+// sinkFieldManager owns the Ready condition of a sink its requester may
+// no longer use; the prober owns it otherwise.
+const sinkFieldManager = "kollect-sink-requester"
+
+// sinkRequesterLoop re-checks every sink's requester each watchdog period,
+// so that a sink no Inventory uses turns Ready=False (SecretForbidden,
+// RequesterExpired) too. It writes a sink's status only on a transition:
+// into a denial it sets Ready=False with the denial's reason; out of one it
+// has the prober test the sink again, which then writes Ready.
+func (c *Controller) sinkRequesterLoop(ctx context.Context) {
+	t := time.NewTicker(c.watchdog)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, obj := range c.allSinks() {
+			if ctx.Err() != nil {
+				return
+			}
+			c.checkSinkRequester(ctx, sinkKey{family: obj.family, namespace: obj.GetNamespace(), name: obj.GetName()}, obj)
+		}
+	}
+}
+
+// requesterReasons are the Ready reasons sinkRequesterLoop writes.
+var requesterReasons = map[string]bool{v1alpha1.ReasonSecretForbidden: true, v1alpha1.ReasonRequesterExpired: true}
+
+func (c *Controller) checkSinkRequester(ctx context.Context, key sinkKey, obj *sinkObject) {
+	if obj.GetDeletionTimestamp() != nil {
+		return
+	}
+	denial, err := c.sinkDenial(ctx, obj)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Cannot re-check a sink's requester; retrying next period", "sink", key, "err", err)
+		return
+	}
+	ready := obj.ready()
+	if denial == nil {
+		if ready != nil && ready.Status == metav1.ConditionFalse && requesterReasons[ready.Reason] {
+			c.probes.Add(key)
+		}
+		return
+	}
+	if ready != nil && ready.Status == metav1.ConditionFalse && ready.Reason == denial.Reason && ready.Message == denial.Message {
+		return
+	}
+	now := metav1.Now()
+	cond := metav1apply.Condition().WithType(v1alpha1.ConditionReady).WithStatus(metav1.ConditionFalse).
+		WithReason(denial.Reason).WithMessage(truncate(denial.Message, 1024)).
+		WithObservedGeneration(obj.GetGeneration()).WithLastTransitionTime(now)
+	if ready != nil && ready.Status == metav1.ConditionFalse {
+		cond.WithLastTransitionTime(ready.LastTransitionTime)
+	}
+	if err := applySinkStatus(ctx, c.kollect, key, applyv1alpha1.SinkStatus().WithConditions(cond), sinkFieldManager); err != nil {
+		if !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			klog.FromContext(ctx).V(2).Info("Writing a sink's requester denial failed", "sink", key, "err", err)
+		}
+		return
+	}
+	c.recorder.Eventf(&corev1.ObjectReference{
+		APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: string(key.family) + "Sink",
+		Namespace: key.namespace, Name: key.name, UID: obj.GetUID(), ResourceVersion: obj.GetResourceVersion(),
+	}, nil, corev1.EventTypeWarning, denial.Reason, "UseSink", "%s", truncate(denial.Message, 1000))
+}
