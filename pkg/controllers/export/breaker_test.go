@@ -45,7 +45,7 @@ func TestOpenBreakerClosesOnFlakyReceiver(t *testing.T) {
 			}
 			inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv"}
 			h := &reviewHost{inv: inv, obj: obj, maxAge: time.Hour}
-			v := newView(func() string { return "1" })
+			v := newItemSet(func() string { return "1" })
 			for i := range 100 {
 				v.upsert(exported(reviewItem(strconv.Itoa(i), "uid-"+strconv.Itoa(i), "1", "h"+strconv.Itoa(i))))
 			}
@@ -89,7 +89,7 @@ func TestTwoSinksOneTable(t *testing.T) {
 		inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv" + strconv.Itoa(trial)}
 		errs := make(chan error, 2)
 		for _, d := range []*databaseAdapter{a, b} {
-			v := newView(func() string { return "1" })
+			v := newItemSet(func() string { return "1" })
 			for i := range 300 {
 				v.upsert(exported(reviewItem(strconv.Itoa(i), "uid-"+strconv.Itoa(i), "1", "h"+strconv.Itoa(i))))
 			}

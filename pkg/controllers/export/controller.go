@@ -1,11 +1,11 @@
 // Package export is the exporter: it delivers the items of each Inventory
 // and ClusterInventory to the sinks they reference (DESIGN.md §5, seed 000).
 //
-// A view per inventory holds its items (those of the targets it selects)
-// with an incrementally maintained checksum, fed by informers on
+// An item set per inventory holds its items (those of the targets it
+// selects) with an incrementally maintained checksum, fed by informers on
 // InventoryItems and ClusterInventoryItems: list, then watch from that
 // resourceVersion. One exporter goroutine per (inventory, sink) follows
-// the view: a material change is exported after a short batching window,
+// the set: a material change is exported after a short batching window,
 // an unchanged payload only when its interval is due, a generation bump
 // forces an export. Snapshot sinks get the whole document, database sinks
 // the changed rows with the cursor in the same transaction, event sinks
@@ -143,7 +143,7 @@ func (k invKey) kind() string {
 // inventoryState is the controller's state of one inventory.
 type inventoryState struct {
 	key       invKey
-	view      *view
+	items     *itemSet
 	targets   map[string]bool // selected target names
 	exporters map[exporterKey]*exporter
 }
@@ -180,7 +180,7 @@ type Controller struct {
 	clusterScopes       kollectlisters.ClusterScopeLister
 	items, clusterItems cache.SharedIndexInformer
 	// applied holds, per item informer (namespaced, cluster), the
-	// resourceVersion of the last item event applied to every view.
+	// resourceVersion of the last item event applied to every item set.
 	applied [2]atomic.Uint64
 
 	recorder events.EventRecorder

@@ -81,7 +81,7 @@ func TestStoppedExporterStoresNoEntry(t *testing.T) {
 	defer srv.Close()
 	defer close(quit)
 	h := newBatchHost(ctx, hookHost(t, srv.URL))
-	v := newView(func() string { return "1" })
+	v := newItemSet(func() string { return "1" })
 	for i := range 10 {
 		v.upsert(exported(reviewItem(strconv.Itoa(i), "uid-"+strconv.Itoa(i), "1", "h"+strconv.Itoa(i))))
 	}
@@ -168,7 +168,7 @@ func TestStreakWarningSurvivesAFailedWrite(t *testing.T) {
 	ctx := reviewCtx(t)
 	srv := failingReceiver(t)
 	h := &flakyEntryHost{reviewHost: hookHost(t, srv.URL)}
-	v := newView(func() string { return "1" })
+	v := newItemSet(func() string { return "1" })
 	v.upsert(exported(reviewItem("0", "uid-0", "1", "h0")))
 	e := hookExporter(t, h, v)
 	for range 3 {
@@ -200,7 +200,7 @@ func TestStreakWarningOutlivesAReferenceFailure(t *testing.T) {
 	ctx := reviewCtx(t)
 	srv := failingReceiver(t)
 	h := &missingSinkHost{flakyEntryHost: &flakyEntryHost{reviewHost: hookHost(t, srv.URL)}}
-	v := newView(func() string { return "1" })
+	v := newItemSet(func() string { return "1" })
 	v.upsert(exported(reviewItem("0", "uid-0", "1", "h0")))
 	e := hookExporter(t, h, v)
 	e.runOnce(ctx) // fails; its entry's write fails
@@ -229,7 +229,7 @@ func hookHost(t *testing.T, url string) *reviewHost {
 }
 
 // hookExporter is the exporter of ns/inv to ns/hook on h, following v.
-func hookExporter(t *testing.T, h host, v *view) *exporter {
+func hookExporter(t *testing.T, h host, v *itemSet) *exporter {
 	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "hook"}, v)
 	t.Cleanup(func() { e.sub.close(); e.closeClient() })
 	return e

@@ -80,7 +80,7 @@ type settings struct {
 	clientMaxAge time.Duration
 }
 
-// exporter follows one inventory's view and delivers it to one sink. Its
+// exporter follows one inventory's item set and delivers it to one sink. Its
 // goroutine is the only one that talks to the sink or writes the sink's
 // status entry; a failing sink therefore delays nobody else. What the sink
 // is owed lives in the subscription, which nothing but a delivery the sink
@@ -128,8 +128,8 @@ type exporter struct {
 	client      *sinkClient
 }
 
-func newExporter(h host, key exporterKey, v *view) *exporter {
-	return &exporter{h: h, key: key, sub: v.subscribe(), done: make(chan struct{}), spread: spreadOf(key), spreadNext: true}
+func newExporter(h host, key exporterKey, set *itemSet) *exporter {
+	return &exporter{h: h, key: key, sub: set.subscribe(), done: make(chan struct{}), spread: spreadOf(key), spreadNext: true}
 }
 
 // spreadOf places an exporter within a period, from its key: stable across

@@ -17,14 +17,14 @@ const targetIndex = "target"
 // exportedItem is what the item informers keep of an InventoryItem or a
 // ClusterInventoryItem: the metadata the informer's keys and relists need,
 // and the item in its exported form, converted once as it arrives rather
-// than at every reconcile, then shared read-only by every view holding it.
+// than at every reconcile, then shared read-only by every item set holding it.
 type exportedItem struct {
 	metav1.ObjectMeta
 	item *sink.Item
-	// key is item.Key(), built once: views are keyed by it.
+	// key is item.Key(), built once: item sets are keyed by it.
 	key string
-	// digest is the item's share of a view's checksum: hashed once here,
-	// not by each view at each (re)build, where it was most of the time
+	// digest is the item's share of a set's checksum: hashed once here,
+	// not by each set at each (re)build, where it was most of the time
 	// a first export of 10,000 items spent before its first write.
 	digest sink.Digest
 }
@@ -58,7 +58,7 @@ func toExported(obj any) (any, error) {
 	return exported(it), nil
 }
 
-// itemHandler applies item events to the views that include the item.
+// itemHandler applies item events to the item sets that include the item.
 func (c *Controller) itemHandler() cache.ResourceEventHandlerFuncs {
 	upsert := func(obj any) {
 		e, ok := unwrap(obj).(*exportedItem)
@@ -69,7 +69,7 @@ func (c *Controller) itemHandler() cache.ResourceEventHandlerFuncs {
 		defer c.mu.Unlock()
 		for _, s := range c.byNamespace[e.item.Namespace] {
 			if s.targets[e.item.Target] {
-				s.view.upsert(e)
+				s.items.upsert(e)
 			}
 		}
 		c.markApplied(e.item)
@@ -86,7 +86,7 @@ func (c *Controller) itemHandler() cache.ResourceEventHandlerFuncs {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			for _, s := range c.byNamespace[it.Namespace] {
-				s.view.remove(it.Key(), it)
+				s.items.remove(it.Key(), it)
 			}
 			if _, unknown := obj.(cache.DeletedFinalStateUnknown); !unknown {
 				// The final state of a missed deletion carries an older
@@ -98,7 +98,7 @@ func (c *Controller) itemHandler() cache.ResourceEventHandlerFuncs {
 }
 
 // markApplied records that the item event of it has been applied to
-// every view (called after them, under c.mu): a run that takes its batch
+// every item set (called after them, under c.mu): a run that takes its batch
 // afterwards may claim every change up to it.
 func (c *Controller) markApplied(it *sink.Item) {
 	rv, err := strconv.ParseUint(it.ResourceVersion, 10, 64)

@@ -27,7 +27,7 @@ func TestReexportsSpreadOverThePeriod(t *testing.T) {
 		name := fmt.Sprintf("inv-%03d", i)
 		h := &reviewHost{inv: sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: name},
 			obj: obj, root: root, maxAge: time.Hour, interval: interval, watchdog: watchdog, echo: true}
-		v := newView(func() string { return "1" })
+		v := newItemSet(func() string { return "1" })
 		v.upsert(exported(reviewItem("x", "uid-x-"+name, "1", "hx")))
 		e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: name}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
 		t.Cleanup(func() { e.sub.close(); e.closeClient() })
@@ -113,16 +113,16 @@ func reviewFileSink(t *testing.T) *sinkObject {
 
 // spreadHost is a file-sink host at interval that echoes its last entry
 // (as the informer would), with one item in view.
-func spreadHost(t *testing.T, interval, watchdog time.Duration) (*reviewHost, *view) {
+func spreadHost(t *testing.T, interval, watchdog time.Duration) (*reviewHost, *itemSet) {
 	h := &reviewHost{inv: sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv"},
 		obj: reviewFileSink(t), root: t.TempDir(), maxAge: time.Hour, interval: interval, watchdog: watchdog, echo: true}
-	v := newView(func() string { return "1" })
+	v := newItemSet(func() string { return "1" })
 	v.upsert(exported(reviewItem("x", "uid-x", "1", "hx")))
 	return h, v
 }
 
 // spreadExporter is an exporter on h whose share lies in [lo, hi].
-func spreadExporter(t *testing.T, h *reviewHost, v *view, lo, hi float64) *exporter {
+func spreadExporter(t *testing.T, h *reviewHost, v *itemSet, lo, hi float64) *exporter {
 	t.Helper()
 	for i := range 10000 {
 		k := exporterKey{inv: invKey{Namespace: "ns", Name: fmt.Sprintf("inv-%d", i)}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}
@@ -234,7 +234,7 @@ func TestWatchdogRefreshSmallShares(t *testing.T) {
 		name := fmt.Sprintf("inv-%03d", i)
 		h := &reviewHost{inv: sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: name},
 			obj: obj, root: root, maxAge: time.Hour, watchdog: watchdog, echo: true}
-		v := newView(func() string { return "1" })
+		v := newItemSet(func() string { return "1" })
 		v.upsert(exported(reviewItem("x", "uid-x-"+name, "1", "hx")))
 		e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: name}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
 		e.runOnce(ctx)

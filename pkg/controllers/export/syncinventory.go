@@ -99,7 +99,7 @@ func (c *Controller) reconcile(ctx context.Context, key invKey) error {
 	c.mu.Lock()
 	s := c.state[key]
 	if s == nil {
-		s = &inventoryState{key: key, view: newView(c.appliedRV(key)), exporters: map[exporterKey]*exporter{}}
+		s = &inventoryState{key: key, items: newItemSet(c.appliedRV(key)), exporters: map[exporterKey]*exporter{}}
 		c.state[key] = s
 		ns := key.Namespace
 		if key.Cluster {
@@ -112,7 +112,7 @@ func (c *Controller) reconcile(ctx context.Context, key invKey) error {
 	}
 	if !maps.Equal(s.targets, selected) || s.targets == nil {
 		s.targets = selected
-		s.view.replace(c.itemsOf(key, selected))
+		s.items.replace(c.itemsOf(key, selected))
 	}
 
 	desired := map[exporterKey]bool{}
@@ -133,7 +133,7 @@ func (c *Controller) reconcile(ctx context.Context, key invKey) error {
 			e.poke() // the spec may have changed: generation, intervals
 			continue
 		}
-		e := newExporter(c, k, s.view)
+		e := newExporter(c, k, s.items)
 		s.exporters[k] = e
 		e.start(c.runCtx)
 	}
@@ -178,7 +178,7 @@ const fieldManager = "kollect-exporter"
 // deletionPolicy is Delete: the document, the rows, or a delete event per item.
 func (c *Controller) cleanup(ctx context.Context, key invKey, spec *inventorySpec) error {
 	inv := c.sinkInventory(key, spec.meta)
-	// The view was dropped with the exporters: read the items again. A
+	// The item set was dropped with the exporters: read the items again. A
 	// selector that cannot be read leaves the export in place rather than
 	// removing it without its items' deletions.
 	items, err := c.itemsOfSpec(key, spec)
