@@ -249,7 +249,7 @@ func New(cfg Config) (*Controller, error) {
 		byNamespace:  map[string]map[invKey]*inventoryState{},
 	}
 	c.entries = newEntryWrites(entryLinger, c.writeEntries)
-	c.entries.alone = func(t entryTarget) bool {
+	c.entries.alone = func(t entryInventory) bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		s := c.state[t.inv]

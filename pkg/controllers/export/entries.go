@@ -22,25 +22,25 @@ import (
 type entryWrites struct {
 	// write stores a batch of one inventory's entries and emits their
 	// warnings; it returns each entry's outcome.
-	write func(ctx context.Context, t entryTarget, b *entryBatch) []error
+	write func(ctx context.Context, t entryInventory, b *entryBatch) []error
 	// linger is how long a batch with no write before it waits for more
 	// entries (PostgreSQL's commit_delay).
 	linger time.Duration
 	// alone, when set, reports that no other exporter of the target may
 	// join its batch: it then does not linger, since nothing would come.
-	alone func(entryTarget) bool
+	alone func(entryInventory) bool
 
 	mu sync.Mutex
 	// open is the batch of a target that still takes entries: its flush
 	// waits for the target's write in flight (or the linger).
-	open map[entryTarget]*entryBatch
+	open map[entryInventory]*entryBatch
 	// inFlight is the batch of a target being written.
-	inFlight map[entryTarget]*entryBatch
+	inFlight map[entryInventory]*entryBatch
 }
 
-// entryTarget is the inventory an entry is for: the same name with
-// another UID is another object, written apart.
-type entryTarget struct {
+// entryInventory is the inventory object an entry is for: the same name
+// with another UID is another object, written apart.
+type entryInventory struct {
 	inv invKey
 	uid string
 }
@@ -64,8 +64,8 @@ type entryBatch struct {
 // errNotWritten is the outcome of an entry its write did not report on.
 var errNotWritten = errors.New("the status entry was not written")
 
-func newEntryWrites(linger time.Duration, write func(ctx context.Context, t entryTarget, b *entryBatch) []error) *entryWrites {
-	return &entryWrites{write: write, linger: linger, open: map[entryTarget]*entryBatch{}, inFlight: map[entryTarget]*entryBatch{}}
+func newEntryWrites(linger time.Duration, write func(ctx context.Context, t entryInventory, b *entryBatch) []error) *entryWrites {
+	return &entryWrites{write: write, linger: linger, open: map[entryInventory]*entryBatch{}, inFlight: map[entryInventory]*entryBatch{}}
 }
 
 // put stores an exporter's entry, with the note of a Warning Event about
@@ -78,7 +78,7 @@ func (w *entryWrites) put(ctx, base context.Context, k exporterKey, uid string, 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	t := entryTarget{inv: k.inv, uid: uid}
+	t := entryInventory{inv: k.inv, uid: uid}
 	w.mu.Lock()
 	b := w.open[t]
 	if b == nil {
@@ -103,7 +103,7 @@ func (w *entryWrites) put(ctx, base context.Context, k exporterKey, uid string, 
 
 // flush writes a batch once the write before it ended (or, with none,
 // after the linger): until then it takes entries.
-func (w *entryWrites) flush(base context.Context, t entryTarget, b, prev *entryBatch) {
+func (w *entryWrites) flush(base context.Context, t entryInventory, b, prev *entryBatch) {
 	if prev != nil {
 		<-prev.done // a write's own time: the storage bounds it
 	} else if w.alone == nil || !w.alone(t) {
@@ -164,7 +164,7 @@ func (c *Controller) writeEntry(ctx context.Context, k exporterKey, uid string, 
 // makes Events about one object version with one reason a series that
 // keeps the first note; each write is a version of its own, and its note
 // names every sink.
-func (c *Controller) writeEntries(ctx context.Context, t entryTarget, b *entryBatch) []error {
+func (c *Controller) writeEntries(ctx context.Context, t entryInventory, b *entryBatch) []error {
 	// In process, these writes pass no client rate limit or priority and
 	// fairness: this limit, the loopback client's, stands in for them.
 	// One outcome per entry: any the writer does not give is a failure.

@@ -17,7 +17,7 @@ import (
 )
 
 // waitOpen waits until the open batch of t holds n entries.
-func waitOpen(t *testing.T, w *entryWrites, tg entryTarget, n int) {
+func waitOpen(t *testing.T, w *entryWrites, tg entryInventory, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -43,7 +43,7 @@ func TestEntryWritesLaterWinsAndEmptyBatch(t *testing.T) {
 	stored := map[string]string{}
 	started, release := make(chan struct{}), make(chan struct{})
 	first := true
-	w := newEntryWrites(0, func(_ context.Context, _ entryTarget, b *entryBatch) []error {
+	w := newEntryWrites(0, func(_ context.Context, _ entryInventory, b *entryBatch) []error {
 		mu.Lock()
 		f := first
 		first = false
@@ -59,7 +59,7 @@ func TestEntryWritesLaterWinsAndEmptyBatch(t *testing.T) {
 	})
 	ctx := t.Context()
 	inv := invKey{Namespace: "ns", Name: "inv"}
-	tg := entryTarget{inv: inv, uid: "u"}
+	tg := entryInventory{inv: inv, uid: "u"}
 	go func() { _ = w.put(ctx, ctx, sinkKeyed(inv, "x"), "u", &v1alpha1.SinkExportStatus{Name: "x"}, "") }()
 	<-started
 	errs := make(chan error, 2)
@@ -83,7 +83,7 @@ func TestEntryWritesLaterWinsAndEmptyBatch(t *testing.T) {
 
 	// Every entry withdrawn: the batch ends without a write.
 	started2, release2 := make(chan struct{}), make(chan struct{})
-	w2 := newEntryWrites(0, func(_ context.Context, _ entryTarget, b *entryBatch) []error {
+	w2 := newEntryWrites(0, func(_ context.Context, _ entryInventory, b *entryBatch) []error {
 		if len(b.entries) > 0 && b.entries[0].Name == "hold" {
 			close(started2)
 			<-release2
@@ -121,7 +121,7 @@ func TestEntryWritesLaterWinsAndEmptyBatch(t *testing.T) {
 func TestEntryWritesEndWithBase(t *testing.T) {
 	before := runtime.NumGoroutine()
 	base, cancel := context.WithCancel(context.Background())
-	w := newEntryWrites(time.Millisecond, func(ctx context.Context, _ entryTarget, b *entryBatch) []error {
+	w := newEntryWrites(time.Millisecond, func(ctx context.Context, _ entryInventory, b *entryBatch) []error {
 		<-ctx.Done() // the storage answers only when the context ends
 		errs := make([]error, len(b.entries))
 		for i := range errs {
@@ -211,7 +211,7 @@ func TestJoinedNoteNamesManySinks(t *testing.T) {
 
 // An entry its write gives no outcome for is not acknowledged.
 func TestEntryWithoutOutcomeNotAcknowledged(t *testing.T) {
-	w := newEntryWrites(0, func(context.Context, entryTarget, *entryBatch) []error { return nil })
+	w := newEntryWrites(0, func(context.Context, entryInventory, *entryBatch) []error { return nil })
 	ctx := t.Context()
 	inv := invKey{Namespace: "ns", Name: "inv"}
 	if err := w.put(ctx, ctx, sinkKeyed(inv, "a"), "u", &v1alpha1.SinkExportStatus{Name: "a"}, ""); err == nil {

@@ -36,7 +36,7 @@ type batchHost struct {
 func newBatchHost(base context.Context, h *reviewHost) *batchHost {
 	bh := &batchHost{reviewHost: h, base: base}
 	lim := flowcontrol.NewTokenBucketRateLimiter(loopbackQPS, loopbackBurst)
-	bh.w = newEntryWrites(entryLinger, func(ctx context.Context, _ entryTarget, b *entryBatch) []error {
+	bh.w = newEntryWrites(entryLinger, func(ctx context.Context, _ entryInventory, b *entryBatch) []error {
 		errs := make([]error, len(b.entries))
 		if err := lim.Wait(ctx); err != nil {
 			for i := range errs {
@@ -229,7 +229,7 @@ func hookHost(t *testing.T, url string) *reviewHost {
 }
 
 // hookExporter is the exporter of ns/inv to ns/hook on h, following v.
-func hookExporter(t *testing.T, h host, v *itemSet) *exporter {
+func hookExporter(t *testing.T, h parent, v *itemSet) *exporter {
 	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "hook"}, v)
 	t.Cleanup(func() { e.sub.close(); e.closeClient() })
 	return e

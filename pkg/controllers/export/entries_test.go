@@ -21,7 +21,7 @@ type writeLog struct {
 	fail    map[string]error
 }
 
-func (l *writeLog) write(_ context.Context, _ entryTarget, b *entryBatch) []error {
+func (l *writeLog) write(_ context.Context, _ entryInventory, b *entryBatch) []error {
 	l.mu.Lock()
 	var names []string
 	for _, e := range b.entries {
@@ -73,7 +73,7 @@ func TestEntryWritesCoalesce(t *testing.T) {
 			results <- err
 		})
 	}
-	waitOpen(t, w, entryTarget{inv: inv, uid: "uid-1"}, 3)
+	waitOpen(t, w, entryInventory{inv: inv, uid: "uid-1"}, 3)
 	// Another inventory's entry is written at once, beside the one in flight.
 	other := invKey{Namespace: "ns", Name: "other"}
 	if err := w.put(ctx, ctx, sinkKeyed(other, "a"), "uid-2", &v1alpha1.SinkExportStatus{Name: "x"}, ""); err != nil {
@@ -110,7 +110,7 @@ func TestEntryWritesWaiterCancelled(t *testing.T) {
 	w := newEntryWrites(0, l.write)
 	ctx := t.Context()
 	inv := invKey{Namespace: "ns", Name: "inv"}
-	target := entryTarget{inv: inv, uid: "u"}
+	target := entryInventory{inv: inv, uid: "u"}
 	go func() {
 		_ = w.put(ctx, ctx, sinkKeyed(inv, "a"), "u", &v1alpha1.SinkExportStatus{Name: "a"}, "")
 	}()
@@ -200,8 +200,8 @@ func TestEntryWritesAloneDoNotLinger(t *testing.T) {
 	close(l.release)
 	w := newEntryWrites(time.Hour, l.write)
 	inv := invKey{Namespace: "ns", Name: "inv"}
-	var asked []entryTarget
-	w.alone = func(t entryTarget) bool {
+	var asked []entryInventory
+	w.alone = func(t entryInventory) bool {
 		asked = append(asked, t)
 		return true
 	}
@@ -210,7 +210,7 @@ func TestEntryWritesAloneDoNotLinger(t *testing.T) {
 	if err := w.put(ctx, t.Context(), sinkKeyed(inv, "a"), "u", &v1alpha1.SinkExportStatus{Name: "a"}, ""); err != nil {
 		t.Fatalf("entry of a lone exporter: %v (it waited for the linger)", err)
 	}
-	if len(l.writes) != 1 || !slices.Equal(asked, []entryTarget{{inv: inv, uid: "u"}}) {
+	if len(l.writes) != 1 || !slices.Equal(asked, []entryInventory{{inv: inv, uid: "u"}}) {
 		t.Errorf("writes %v, alone asked for %v", l.writes, asked)
 	}
 }

@@ -56,10 +56,11 @@ func (k exporterKey) String() string {
 	return fmt.Sprintf("%s -> %s/%s/%s", k.inv, k.family, k.namespace, k.name)
 }
 
-// host is what an exporter needs from its controller, and all it may
-// reach: its configuration for a run, a connected sink, its own status
-// entry, Warning Events and the settings of this leadership term.
-type host interface {
+// parent is what an exporter needs from the controller that started it,
+// and all it may reach: its configuration for a run, a connected sink,
+// its own status entry, Warning Events and the settings of this
+// leadership term.
+type parent interface {
 	resolve(ctx context.Context, k exporterKey) (*resolved, error)
 	connect(ctx context.Context, obj *sinkObject) (*sinkClient, error)
 	// writeEntry stores the exporter's status entry and, when warning is
@@ -86,9 +87,9 @@ type settings struct {
 // is owed lives in the subscription, which nothing but a delivery the sink
 // acknowledged empties: not a client rebuild, an error, a revoked grant.
 type exporter struct {
-	h   host
-	key exporterKey
-	sub *subscription
+	parent parent
+	key    exporterKey
+	sub    *subscription
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -128,8 +129,8 @@ type exporter struct {
 	client      *sinkClient
 }
 
-func newExporter(h host, key exporterKey, set *itemSet) *exporter {
-	return &exporter{h: h, key: key, sub: set.subscribe(), done: make(chan struct{}), spread: spreadOf(key), spreadNext: true}
+func newExporter(p parent, key exporterKey, set *itemSet) *exporter {
+	return &exporter{parent: p, key: key, sub: set.subscribe(), done: make(chan struct{}), spread: spreadOf(key), spreadNext: true}
 }
 
 // spreadOf places an exporter within a period, from its key: stable across
@@ -221,10 +222,10 @@ func (e *exporter) loop(ctx context.Context) {
 
 // runOnce does one export decision and returns when to run next at the latest.
 func (e *exporter) runOnce(ctx context.Context) time.Time {
-	set := e.h.settings()
+	set := e.parent.settings()
 	now := time.Now()
 	watchdog := now.Add(set.watchdog)
-	cfg, err := e.h.resolve(ctx, e.key)
+	cfg, err := e.parent.resolve(ctx, e.key)
 	if err != nil {
 		var rf *resolveFailure
 		if errors.As(err, &rf) {
@@ -525,7 +526,7 @@ func (e *exporter) report(ctx context.Context, cfg *resolved, u entryUpdate) (st
 	if !u.due.IsZero() {
 		entry.NextDueTime = &metav1.Time{Time: u.due}
 	}
-	if err := e.h.writeEntry(ctx, e.key, cfg.inventory.UID, entry, u.warning); err != nil {
+	if err := e.parent.writeEntry(ctx, e.key, cfg.inventory.UID, entry, u.warning); err != nil {
 		switch {
 		case ctx.Err() != nil:
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):

@@ -26,20 +26,20 @@ func (c *Controller) FirstEntries(obj metav1.Object) []v1alpha1.SinkExportStatus
 	if c.runCtx.Err() != nil {
 		return nil // stopping: the caches are stale
 	}
-	spec, err := specOf(obj)
-	if err != nil || spec.suspend || len(spec.refs) > validation.MaxSinkReferences {
+	inv, err := inventoryOf(obj)
+	if err != nil || inv.suspend || len(inv.refs) > validation.MaxSinkReferences {
 		return nil
 	}
 	k := invKeyOf(obj)
 	now := metav1.Now()
 	var out []v1alpha1.SinkExportStatus
-	for _, r := range spec.refs {
+	for _, r := range inv.refs {
 		_, failure, _ := c.resolveCached(exporterKey{inv: k, family: r.family, namespace: r.namespace, name: r.name})
 		if failure == nil || failure.reason != v1alpha1.ReasonSinkNotFound {
 			continue
 		}
 		out = append(out, v1alpha1.SinkExportStatus{Family: r.family, Namespace: r.namespace, Name: r.name,
-			ObservedGeneration: spec.generation, Outcome: v1alpha1.OutcomeFailed, LastAttemptTime: &now,
+			ObservedGeneration: inv.generation, Outcome: v1alpha1.OutcomeFailed, LastAttemptTime: &now,
 			Reason: failure.reason, Message: entryMessage(failure.message)})
 	}
 	return out
@@ -62,12 +62,12 @@ func (c *Controller) Created(obj metav1.Object) {
 	if c.runCtx.Err() != nil {
 		return // stopping: the Events would not be recorded
 	}
-	spec, err := specOf(obj)
+	inv, err := inventoryOf(obj)
 	if err != nil {
 		return
 	}
 	var first []v1alpha1.SinkExportStatus
-	for _, e := range spec.status.SinkExports {
+	for _, e := range inv.status.SinkExports {
 		if e.Outcome == v1alpha1.OutcomeFailed {
 			first = append(first, e)
 		}
@@ -93,13 +93,13 @@ func (c *Controller) warnFirst(k invKey, uid, rv string, first []v1alpha1.SinkEx
 	if err != nil || obj == nil || string(obj.GetUID()) != uid {
 		return // gone, or another object of the name
 	}
-	spec, err := specOf(obj)
+	inv, err := inventoryOf(obj)
 	if err != nil {
 		return
 	}
 	var w warnings
 	for _, e := range first {
-		if slices.ContainsFunc(spec.status.SinkExports, func(now v1alpha1.SinkExportStatus) bool { return equality.Semantic.DeepEqual(now, e) }) {
+		if slices.ContainsFunc(inv.status.SinkExports, func(now v1alpha1.SinkExportStatus) bool { return equality.Semantic.DeepEqual(now, e) }) {
 			w.add(rv, e.Reason, e.Family, e.Namespace, e.Name, e.Message)
 		}
 	}

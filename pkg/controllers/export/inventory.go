@@ -28,22 +28,22 @@ func (c *Controller) getInventory(k invKey) (metav1.Object, error) {
 	return obj, err
 }
 
-// inventorySpec is what the controller reads of either inventory kind.
-type inventorySpec struct {
+// inventory is what the controller reads of either inventory kind.
+type inventory struct {
 	meta       *metav1.ObjectMeta
 	generation int64
 	suspend    bool
 	interval   *time.Duration
-	refs       []resolvedRef
+	refs       []sinkRef
 	status     *v1alpha1.InventoryStatus
 	// selector returns whether a target (by name and labels) is exported.
-	// It parses the label selector on first use: most readers of a spec
+	// It parses the label selector on first use: most readers of an inventory
 	// (an exporter's run, a create's first entries) match no target, and
-	// the parse cost more than the rest of specOf together.
+	// the parse cost more than the rest of inventoryOf together.
 	selector func() (func(name string, lbls map[string]string) bool, error)
 }
 
-type resolvedRef struct {
+type sinkRef struct {
 	family          v1alpha1.SinkFamily
 	namespace, name string
 	interval        *time.Duration
@@ -57,15 +57,15 @@ func durationPtr(d *metav1.Duration) *time.Duration {
 	return &v
 }
 
-func specOf(obj metav1.Object) (*inventorySpec, error) {
-	out := &inventorySpec{}
+func inventoryOf(obj metav1.Object) (*inventory, error) {
+	out := &inventory{}
 	addRefs := func(family v1alpha1.SinkFamily, refs []v1alpha1.SinkReference, defaultNS string) {
 		for _, r := range refs {
 			ns := r.Namespace
 			if ns == "" {
 				ns = defaultNS
 			}
-			out.refs = append(out.refs, resolvedRef{family: family, namespace: ns, name: r.Name, interval: durationPtr(r.ExportMinInterval)})
+			out.refs = append(out.refs, sinkRef{family: family, namespace: ns, name: r.Name, interval: durationPtr(r.ExportMinInterval)})
 		}
 	}
 	switch o := obj.(type) {
@@ -126,8 +126,8 @@ func parseSelector(ls *metav1.LabelSelector) (labels.Selector, error) {
 }
 
 // selectedTargets names the targets the inventory key exports.
-func (c *Controller) selectedTargets(key invKey, spec *inventorySpec) (map[string]bool, error) {
-	selects, err := spec.selector()
+func (c *Controller) selectedTargets(key invKey, inv *inventory) (map[string]bool, error) {
+	selects, err := inv.selector()
 	if err != nil {
 		return nil, err
 	}

@@ -152,8 +152,8 @@ func (c *Controller) itemsOf(key invKey, targets map[string]bool) map[string]*ex
 	return out
 }
 
-func (c *Controller) itemsOfSpec(key invKey, spec *inventorySpec) ([]*sink.Item, error) {
-	selected, err := c.selectedTargets(key, spec)
+func (c *Controller) itemsOfInventory(key invKey, inv *inventory) ([]*sink.Item, error) {
+	selected, err := c.selectedTargets(key, inv)
 	if err != nil {
 		return nil, err
 	}

@@ -59,26 +59,26 @@ func (c *Controller) resolve(ctx context.Context, k exporterKey) (*resolved, err
 	if obj == nil {
 		return nil, errors.New("inventory gone")
 	}
-	spec, err := specOf(obj)
+	inv, err := inventoryOf(obj)
 	if err != nil {
 		return nil, err
 	}
-	if spec.meta.DeletionTimestamp != nil {
+	if inv.meta.DeletionTimestamp != nil {
 		// The controller stops the exporters and cleans up. Until then an
 		// exporter must not take the deletion's generation bump for a
 		// spec change and restate everything it is about to remove.
 		return nil, errInventoryDeleting
 	}
-	out := &resolved{inventory: c.sinkInventory(k.inv, spec.meta), generation: spec.generation, sinkType: "unknown"}
-	for i := range spec.status.SinkExports {
-		e := &spec.status.SinkExports[i]
+	out := &resolved{inventory: c.sinkInventory(k.inv, inv.meta), generation: inv.generation, sinkType: "unknown"}
+	for i := range inv.status.SinkExports {
+		e := &inv.status.SinkExports[i]
 		if e.Family == k.family && e.Name == k.name && (e.Namespace == "" || e.Namespace == k.namespace) {
 			out.entry = e
 		}
 	}
-	var ref *resolvedRef
-	for i := range spec.refs {
-		r := &spec.refs[i]
+	var ref *sinkRef
+	for i := range inv.refs {
+		r := &inv.refs[i]
 		if r.family == k.family && r.namespace == k.namespace && r.name == k.name {
 			ref = r
 		}
@@ -99,12 +99,12 @@ func (c *Controller) resolve(ctx context.Context, k exporterKey) (*resolved, err
 	}
 	out.sinkFound, out.sink, out.sinkType = true, sinkObj, sinkObj.typ
 	limits := c.limits(k.inv)
-	denial := tenancy.RequesterExpired(spec.status.Requester, c.cfg.RequesterMaxAge, time.Now())
+	denial := tenancy.RequesterExpired(inv.status.Requester, c.cfg.RequesterMaxAge, time.Now())
 	if denial == nil {
 		denial = limits.Sink(kollect.SinkFamily(k.family), k.namespace, k.name, k.inv.Cluster)
 	}
 	if denial == nil && c.cfg.Authorizer != nil {
-		denial, err = tenancy.MayUse(ctx, c.cfg.Authorizer, spec.status.Requester, tenancy.ResourceOf(kollect.SinkFamily(k.family)), k.namespace, k.name)
+		denial, err = tenancy.MayUse(ctx, c.cfg.Authorizer, inv.status.Requester, tenancy.ResourceOf(kollect.SinkFamily(k.family)), k.namespace, k.name)
 		if err != nil {
 			return nil, err
 		}
@@ -115,7 +115,7 @@ func (c *Controller) resolve(ctx context.Context, k exporterKey) (*resolved, err
 		if k.inv.Cluster {
 			itemsNS = ""
 		}
-		if denial, err = tenancy.MayListItems(ctx, c.cfg.Authorizer, spec.status.Requester, itemsNS); err != nil {
+		if denial, err = tenancy.MayListItems(ctx, c.cfg.Authorizer, inv.status.Requester, itemsNS); err != nil {
 			return nil, err
 		}
 	}
@@ -129,7 +129,7 @@ func (c *Controller) resolve(ctx context.Context, k exporterKey) (*resolved, err
 		return out, &resolveFailure{reason: denial.Reason, message: denial.Message}
 	}
 	metrics.Resolved(kind, refType, metrics.ResolutionOK)
-	out.interval = EffectiveInterval(ref.interval, sinkObj.interval, spec.interval, limits.Floor())
+	out.interval = EffectiveInterval(ref.interval, sinkObj.interval, inv.interval, limits.Floor())
 	return out, nil
 }
 

@@ -51,7 +51,7 @@ func (e *exporter) ensureClient(ctx context.Context, cfg *resolved, set settings
 	if e.client != nil && e.client.fingerprint == fingerprintOf(cfg.sink) && time.Since(e.client.builtAt) < set.clientMaxAge {
 		return nil
 	}
-	client, err := e.h.connect(ctx, cfg.sink)
+	client, err := e.parent.connect(ctx, cfg.sink)
 	if err != nil {
 		return err
 	}

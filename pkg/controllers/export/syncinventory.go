@@ -69,29 +69,29 @@ func (c *Controller) reconcile(ctx context.Context, key invKey) error {
 		}
 		c.itemsStarted = true
 	}
-	spec, err := specOf(obj)
+	inv, err := inventoryOf(obj)
 	if err != nil {
 		return err
 	}
-	if spec.meta.DeletionTimestamp != nil {
+	if inv.meta.DeletionTimestamp != nil {
 		c.drop(key)
-		if !slices.Contains(spec.meta.Finalizers, Finalizer) {
+		if !slices.Contains(inv.meta.Finalizers, Finalizer) {
 			return nil
 		}
-		if err := c.cleanup(ctx, key, spec); err != nil {
+		if err := c.cleanup(ctx, key, inv); err != nil {
 			return err
 		}
 		return c.setFinalizer(ctx, key, false)
 	}
 	// The registry adds the finalizer on create; this restores one that an
 	// update removed, or that an object older than that rule never had.
-	if !slices.Contains(spec.meta.Finalizers, Finalizer) {
+	if !slices.Contains(inv.meta.Finalizers, Finalizer) {
 		if err := c.setFinalizer(ctx, key, true); err != nil {
 			return err
 		}
 	}
 
-	selected, err := c.selectedTargets(key, spec)
+	selected, err := c.selectedTargets(key, inv)
 	if err != nil {
 		return err
 	}
@@ -116,8 +116,8 @@ func (c *Controller) reconcile(ctx context.Context, key invKey) error {
 	}
 
 	desired := map[exporterKey]bool{}
-	if !spec.suspend {
-		for _, r := range spec.refs {
+	if !inv.suspend {
+		for _, r := range inv.refs {
 			desired[exporterKey{inv: key, family: r.family, namespace: r.namespace, name: r.name}] = true
 		}
 	}
@@ -176,17 +176,17 @@ const fieldManager = "kollect-exporter"
 
 // cleanup removes what a deleted inventory exported to the sinks whose
 // deletionPolicy is Delete: the document, the rows, or a delete event per item.
-func (c *Controller) cleanup(ctx context.Context, key invKey, spec *inventorySpec) error {
-	inv := c.sinkInventory(key, spec.meta)
+func (c *Controller) cleanup(ctx context.Context, key invKey, inv *inventory) error {
+	sinkInv := c.sinkInventory(key, inv.meta)
 	// The item set was dropped with the exporters: read the items again. A
 	// selector that cannot be read leaves the export in place rather than
 	// removing it without its items' deletions.
-	items, err := c.itemsOfSpec(key, spec)
+	items, err := c.itemsOfInventory(key, inv)
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, r := range spec.refs {
+	for _, r := range inv.refs {
 		obj, err := c.sinkObject(sinkKey{family: r.family, namespace: r.namespace, name: r.name})
 		if apierrors.IsNotFound(err) {
 			continue // nothing to clean up where the sink no longer exists
@@ -212,7 +212,7 @@ func (c *Controller) cleanup(ctx context.Context, key invKey, spec *inventorySpe
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, exportTimeout)
-		err = client.remove(cctx, inv, items, c.cfg.Epoch)
+		err = client.remove(cctx, sinkInv, items, c.cfg.Epoch)
 		cancel()
 		_ = client.Close()
 		if err != nil {
