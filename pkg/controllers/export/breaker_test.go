@@ -12,6 +12,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 )
 
 // TestOpenBreakerClosesOnFlakyReceiver: a receiver that answers 503 to one
@@ -49,7 +50,7 @@ func TestOpenBreakerClosesOnFlakyReceiver(t *testing.T) {
 			for i := range 100 {
 				v.upsert(exported(reviewItem(strconv.Itoa(i), "uid-"+strconv.Itoa(i), "1", "h"+strconv.Itoa(i))))
 			}
-			e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "hook"}, v)
+			e := newExporter(h, exporterKey{inv: plumbing.InventoryKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "hook"}, v)
 			defer func() { e.sub.close(); e.closeClient() }()
 			e.failures = failures // the breaker opened during an outage now over
 			var outcomes []v1alpha1.ExportOutcome

@@ -17,21 +17,15 @@ package export
 import (
 	"context"
 	"errors"
-	"maps"
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -39,6 +33,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/informers"
 	"kollect.dev/kollect/pkg/controllers/metrics"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 	"kollect.dev/kollect/pkg/firstentries"
 	"kollect.dev/kollect/pkg/generated/clientset/versioned"
 	kollectinformers "kollect.dev/kollect/pkg/generated/informers/externalversions"
@@ -120,45 +115,21 @@ type SinkExportWriter interface {
 	WriteSinkExports(ctx context.Context, cluster bool, namespace, name, uid string, entries []*v1alpha1.SinkExportStatus) (resourceVersions []string, errs []error)
 }
 
-// invKey names an Inventory (Cluster false) or a ClusterInventory.
-type invKey struct {
-	Cluster         bool
-	Namespace, Name string
-}
-
-func (k invKey) String() string {
-	if k.Cluster {
-		return "ClusterInventory " + k.Name
-	}
-	return "Inventory " + k.Namespace + "/" + k.Name
-}
-
-func (k invKey) kind() string {
-	if k.Cluster {
-		return "ClusterInventory"
-	}
-	return "Inventory"
-}
-
-// inventoryState is the controller's state of one inventory.
-type inventoryState struct {
-	key       invKey
-	items     *itemSet
-	targets   map[string]bool // selected target names
-	exporters map[exporterKey]*exporter
-}
-
-// Controller runs the export controllers.
+// Controller runs the export controllers: a worker that reconciles
+// inventories (syncInventory), one exporter goroutine per (inventory,
+// sink), a worker that probes sinks (probe.go) and the sink requester
+// loop (sinkrequester.go). Beside its clients, caches and queues it holds
+// the running inventories, under their own lock (running.go).
 type Controller struct {
 	cfg      Config
 	watchdog time.Duration
 
 	kube    kubernetes.Interface
 	kollect versioned.Interface
-	// events posts Warning Events with a rate limit of its own: queued
-	// behind one tenant's many Events, another's Secret reads (kube)
-	// delayed its exports by minutes.
-	events kubernetes.Interface
+	// recorder posts Warning Events through a client with a rate limit of
+	// its own: queued behind one tenant's many Events, another's Secret
+	// reads (kube) delayed its exports by minutes.
+	recorder *plumbing.EventRecorder
 	// entryLimiter paces the in-process status entry writes.
 	entryLimiter flowcontrol.RateLimiter
 	// entries coalesces the entries of an inventory reported together.
@@ -166,7 +137,8 @@ type Controller struct {
 
 	factory kollectinformers.SharedInformerFactory
 	// itemFactory holds the item informers, started with the first
-	// inventory: a server that only collects keeps no second copy of the items.
+	// inventory: a server that only collects keeps no second copy of the
+	// items. itemsStarted belongs to the inventory worker, which starts them.
 	itemFactory         kollectinformers.SharedInformerFactory
 	itemsStarted        bool
 	inventories         kollectlisters.InventoryLister
@@ -179,24 +151,21 @@ type Controller struct {
 	scopes              kollectlisters.ScopeLister
 	clusterScopes       kollectlisters.ClusterScopeLister
 	items, clusterItems cache.SharedIndexInformer
-	// applied holds, per item informer (namespaced, cluster), the
-	// resourceVersion of the last item event applied to every item set.
-	applied [2]atomic.Uint64
 
-	recorder events.EventRecorder
-	queue    workqueue.TypedRateLimitingInterface[invKey]
-	probes   workqueue.TypedRateLimitingInterface[sinkKey]
+	queue  workqueue.TypedRateLimitingInterface[plumbing.InventoryKey]
+	probes workqueue.TypedRateLimitingInterface[sinkKey]
 
-	runCtx context.Context
-
-	mu    sync.Mutex
-	state map[invKey]*inventoryState
-	// byNamespace indexes inventories by the namespace of their items:
-	// an Inventory's own, "" for ClusterInventories.
-	byNamespace map[string]map[invKey]*inventoryState
+	// running holds the inventories being exported: their item sets and
+	// exporters.
+	running *runningInventories
+	// stopped is closed once Run's context is done: the status writes
+	// several exporters share, and the first entries offered to the
+	// registry, end with the controller rather than with one exporter.
+	stopped chan struct{}
 }
 
-// New builds the controller.
+// New builds the controller: its clients, caches, queues and Event
+// recorder. Nothing runs before Run.
 func New(cfg Config) (*Controller, error) {
 	if cfg.Host == nil || cfg.Loopback == nil {
 		return nil, errors.New("the exporter needs the host and loopback configurations")
@@ -242,94 +211,24 @@ func New(cfg Config) (*Controller, error) {
 		cfg:          cfg,
 		watchdog:     watchdog,
 		kube:         kube,
-		events:       eventsClient,
 		kollect:      kc,
+		recorder:     plumbing.NewEventRecorder(eventsClient, "kollect-exporter"),
 		entryLimiter: flowcontrol.NewTokenBucketRateLimiter(loopbackQPS, loopbackBurst),
-		state:        map[invKey]*inventoryState{},
-		byNamespace:  map[string]map[invKey]*inventoryState{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[plumbing.InventoryKey](),
+			workqueue.TypedRateLimitingQueueConfig[plumbing.InventoryKey]{Name: "kollect_export_inventories"}),
+		probes: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[sinkKey](),
+			workqueue.TypedRateLimitingQueueConfig[sinkKey]{Name: "kollect_export_probes"}),
+		running: newRunningInventories(),
+		stopped: make(chan struct{}),
 	}
 	c.entries = newEntryWrites(entryLinger, c.writeEntries)
-	c.entries.alone = func(t entryInventory) bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		s := c.state[t.inv]
-		return s == nil || len(s.exporters) <= 1
-	}
+	c.entries.alone = func(t entryInventory) bool { return c.running.exporterCount(t.inv) <= 1 }
+	c.setupInformers()
 	return c, nil
 }
 
-// Run runs the exporters until ctx is done; it returns after every
-// exporter stopped.
-func (c *Controller) Run(ctx context.Context) error {
-	logger := klog.FromContext(ctx).WithValues("controller", "export")
-	ctx = klog.NewContext(ctx, logger)
-	c.runCtx = ctx
-
-	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[invKey](),
-		workqueue.TypedRateLimitingQueueConfig[invKey]{Name: "kollect_export_inventories"})
-	c.probes = workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[sinkKey](),
-		workqueue.TypedRateLimitingQueueConfig[sinkKey]{Name: "kollect_export_probes"})
-	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: c.events.EventsV1()})
-	if err := broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
-		return err
-	}
-	defer broadcaster.Shutdown()
-	sch := runtime.NewScheme()
-	_ = scheme.AddToScheme(sch)
-	_ = v1alpha1.AddToScheme(sch)
-	c.recorder = broadcaster.NewRecorder(sch, "kollect-exporter")
-
-	c.setupInformers()
-	c.factory.Start(ctx.Done())
-	defer c.factory.Shutdown()
-	defer c.itemFactory.Shutdown()
-	for _, synced := range c.factory.WaitForCacheSync(ctx.Done()) {
-		if !synced {
-			return nil
-		}
-	}
-	if c.cfg.FirstEntries != nil {
-		// Withdrawn as soon as the controller stops: the caches stop with
-		// it, and so does the recording of Events.
-		withdraw := c.cfg.FirstEntries.Offer(c)
-		defer context.AfterFunc(ctx, withdraw)()
-		defer withdraw()
-	}
-	logger.Info("Exporter started")
-
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for c.processInventory(ctx) {
-		}
-	})
-	wg.Go(func() {
-		for c.processProbe(ctx) {
-		}
-	})
-	wg.Go(func() { c.reprobeLoop(ctx) })
-	wg.Go(func() { c.sinkRequesterLoop(ctx) })
-	<-ctx.Done()
-	c.queue.ShutDown()
-	c.probes.ShutDown()
-	wg.Wait()
-
-	c.mu.Lock()
-	var all []*exporter
-	for _, s := range c.state {
-		for _, e := range s.exporters {
-			all = append(all, e)
-		}
-	}
-	c.state = map[invKey]*inventoryState{}
-	c.byNamespace = map[string]map[invKey]*inventoryState{}
-	c.mu.Unlock()
-	for _, e := range all {
-		e.stop()
-	}
-	logger.Info("Exporter stopped")
-	return nil
-}
-
+// setupInformers builds the informers, their listers and the item
+// informers' index and transform, and adds the event handlers (handlers.go).
 func (c *Controller) setupInformers() {
 	c.factory = kollectinformers.NewSharedInformerFactory(c.kollect, 0)
 	informers.InProcess(c.factory, c.cfg.Informers, &v1alpha1.Inventory{}, &v1alpha1.ClusterInventory{},
@@ -346,76 +245,79 @@ func (c *Controller) setupInformers() {
 	c.scopes = k.Scopes().Lister()
 	c.clusterScopes = k.ClusterScopes().Lister()
 
-	enqueueInv := func(obj any) {
-		switch o := unwrap(obj).(type) {
-		case *v1alpha1.Inventory:
-			c.queue.Add(invKey{Namespace: o.Namespace, Name: o.Name})
-		case *v1alpha1.ClusterInventory:
-			c.queue.Add(invKey{Cluster: true, Name: o.Name})
-		}
-	}
-	// The exporters' own status writes come back as updates: only what
-	// a reconcile reads may queue one, or every write would cause the next.
-	_, _ = k.Inventories().Informer().AddEventHandler(filtered(enqueueInv, inventoryChanged))
-	_, _ = k.ClusterInventories().Informer().AddEventHandler(filtered(enqueueInv, inventoryChanged))
-
-	// A target's labels decide which inventories select it; its status
-	// (written by the collector) does not.
-	targetChanged := func(obj any) {
-		switch o := unwrap(obj).(type) {
-		case *v1alpha1.Target:
-			c.enqueueNamespace(o.Namespace)
-		case *v1alpha1.ClusterTarget:
-			c.enqueueNamespace("")
-		}
-	}
-	labelsChanged := func(old, obj metav1.Object) bool { return !maps.Equal(old.GetLabels(), obj.GetLabels()) }
-	_, _ = k.Targets().Informer().AddEventHandler(filtered(targetChanged, labelsChanged))
-	_, _ = k.ClusterTargets().Informer().AddEventHandler(filtered(targetChanged, labelsChanged))
-
-	// Sinks and scopes are read at export time: poke the exporters that use
-	// them, and probe changed sinks. A sink's own status writes (probes)
-	// must not wake every exporter using it: only spec changes count.
-	sinkChanged := func(family v1alpha1.SinkFamily) func(any) {
-		return func(obj any) {
-			m, ok := unwrap(obj).(metav1.Object)
-			if !ok {
-				return
-			}
-			c.pokeSink(family, m.GetNamespace(), m.GetName())
-			c.probes.Add(sinkKey{family: family, namespace: m.GetNamespace(), name: m.GetName()})
-		}
-	}
-	_, _ = k.SnapshotSinks().Informer().AddEventHandler(filtered(sinkChanged(v1alpha1.SinkFamilySnapshot), generationChanged))
-	_, _ = k.DatabaseSinks().Informer().AddEventHandler(filtered(sinkChanged(v1alpha1.SinkFamilyDatabase), generationChanged))
-	_, _ = k.EventSinks().Informer().AddEventHandler(filtered(sinkChanged(v1alpha1.SinkFamilyEvent), generationChanged))
-	scopeChanged := func(obj any) {
-		if m, ok := unwrap(obj).(metav1.Object); ok {
-			c.pokeNamespace(m.GetNamespace())
-		}
-	}
-	// Scope status (quota usage) changes with every item: only the spec matters.
-	_, _ = k.Scopes().Informer().AddEventHandler(filtered(scopeChanged, generationChanged))
-	_, _ = k.ClusterScopes().Informer().AddEventHandler(filtered(scopeChanged, generationChanged))
-
 	c.itemFactory = kollectinformers.NewSharedInformerFactory(c.kollect, 0)
 	informers.InProcess(c.itemFactory, c.cfg.Informers, &v1alpha1.InventoryItem{}, &v1alpha1.ClusterInventoryItem{})
 	items := c.itemFactory.Kollect().V1alpha1()
 	c.items = items.InventoryItems().Informer()
 	c.clusterItems = items.ClusterInventoryItems().Informer()
-	byTarget := cache.Indexers{targetIndex: func(obj any) ([]string, error) {
-		e, ok := obj.(*exportedItem)
-		if !ok {
-			return nil, nil
+	for _, inf := range []cache.SharedIndexInformer{c.items, c.clusterItems} {
+		_ = inf.AddIndexers(cache.Indexers{targetIndex: byTarget})
+		_ = inf.SetTransform(toExported)
+	}
+
+	c.addEventHandlers(k)
+}
+
+// Run starts the informers, the workers and the loops, and waits until
+// ctx is done; it returns after every exporter stopped. A Controller runs
+// once.
+func (c *Controller) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithValues("controller", "export")
+	ctx = klog.NewContext(ctx, logger)
+	context.AfterFunc(ctx, func() { close(c.stopped) })
+	// However Run returns, what New built stops.
+	defer c.probes.ShutDown()
+	defer c.queue.ShutDown()
+	defer c.recorder.Shutdown()
+
+	if err := c.recorder.Start(ctx); err != nil {
+		return err
+	}
+	c.factory.Start(ctx.Done())
+	defer c.factory.Shutdown()
+	defer c.itemFactory.Shutdown() // started by the first inventory's sync
+	for _, synced := range c.factory.WaitForCacheSync(ctx.Done()) {
+		if !synced {
+			return nil
 		}
-		return []string{e.Namespace + "/" + e.item.Target}, nil
-	}}
-	_ = c.items.AddIndexers(byTarget)
-	_ = c.clusterItems.AddIndexers(byTarget)
-	_ = c.items.SetTransform(toExported)
-	_ = c.clusterItems.SetTransform(toExported)
-	_, _ = c.items.AddEventHandler(c.itemHandler())
-	_, _ = c.clusterItems.AddEventHandler(c.itemHandler())
+	}
+	if c.cfg.FirstEntries != nil {
+		// Withdrawn as soon as the controller stops: the caches stop with
+		// it, and so does the recording of Events.
+		withdraw := c.cfg.FirstEntries.Offer(c)
+		defer context.AfterFunc(ctx, withdraw)()
+		defer withdraw()
+	}
+	logger.Info("Exporter started")
+
+	// One inventory worker: syncInventory relies on reconciles being
+	// sequential (it starts the item informers and the exporters).
+	inventories := &plumbing.Worker[plumbing.InventoryKey]{Queue: c.queue, Sync: c.syncInventory, Kind: plumbing.InventoryKey.Kind}
+	probes := &plumbing.Worker[sinkKey]{Queue: c.probes, Sync: c.probe, Kind: sinkKey.kind, LogLevel: 2}
+	var wg sync.WaitGroup
+	wg.Go(func() { inventories.Run(ctx) })
+	wg.Go(func() { probes.Run(ctx) })
+	wg.Go(func() { c.reprobeLoop(ctx) })
+	wg.Go(func() { c.sinkRequesterLoop(ctx) })
+	<-ctx.Done()
+	c.queue.ShutDown()
+	c.probes.ShutDown()
+	wg.Wait()
+
+	stopExporters(c.running.dropAll())
+	logger.Info("Exporter stopped")
+	return nil
+}
+
+// stopping reports whether Run's context is done: the caches are stale,
+// and Events are no longer recorded.
+func (c *Controller) stopping() bool {
+	select {
+	case <-c.stopped:
+		return true
+	default:
+		return false
+	}
 }
 
 func (c *Controller) settings() settings {

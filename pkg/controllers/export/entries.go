@@ -7,8 +7,11 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/metrics"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 )
 
 // entryWrites coalesces the status entries that the exporters of one
@@ -41,7 +44,7 @@ type entryWrites struct {
 // entryInventory is the inventory object an entry is for: the same name
 // with another UID is another object, written apart.
 type entryInventory struct {
-	inv invKey
+	inv plumbing.InventoryKey
 	uid string
 }
 
@@ -153,9 +156,10 @@ func (b *entryBatch) withdraw(entry *v1alpha1.SinkExportStatus) {
 }
 
 // writeEntry stores an exporter's status entry, with the entries of the
-// inventory's other exporters reported meanwhile (entryWrites).
+// inventory's other exporters reported meanwhile (entryWrites). The
+// shared write runs until the controller stops, not the exporter.
 func (c *Controller) writeEntry(ctx context.Context, k exporterKey, uid string, entry *v1alpha1.SinkExportStatus, warning string) error {
-	return c.entries.put(ctx, c.runCtx, k, uid, entry, warning)
+	return c.entries.put(ctx, wait.ContextForChannel(c.stopped), k, uid, entry, warning)
 }
 
 // writeEntries stores a batch of one inventory's entries in one update,
@@ -188,7 +192,7 @@ func (c *Controller) writeEntries(ctx context.Context, t entryInventory, b *entr
 		if err != nil {
 			result = "error"
 		}
-		metrics.StatusEntryWrites.WithLabelValues(t.inv.kind(), result).Inc()
+		metrics.StatusEntryWrites.WithLabelValues(t.inv.Kind(), result).Inc()
 		if err != nil || b.warnings[i] == "" || last[b.keys[i]] != i {
 			continue
 		}

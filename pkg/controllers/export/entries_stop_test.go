@@ -19,6 +19,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 )
 
 // batchHost is reviewHost with the real entryWrites in front of a writer
@@ -111,7 +112,7 @@ func TestStoppedEntryReturnsAtOnce(t *testing.T) {
 	l := &writeLog{started: make(chan struct{}), release: make(chan struct{})}
 	w := newEntryWrites(0, l.write)
 	ctx := t.Context()
-	inv := invKey{Namespace: "ns", Name: "inv"}
+	inv := plumbing.InventoryKey{Namespace: "ns", Name: "inv"}
 	go func() { _ = w.put(ctx, ctx, sinkKeyed(inv, "a"), "u", &v1alpha1.SinkExportStatus{Name: "a"}, "") }()
 	<-l.started
 	defer close(l.release)
@@ -141,8 +142,8 @@ func TestJoinedNoteNamesEverySink(t *testing.T) {
 	if !strings.Contains(note, "Event ns/b: export failed: 500") {
 		t.Errorf("the Event's note does not say what the second sink says: %.100q", note[len(note)-100:])
 	}
-	if len(note) > maxNote || !utf8.ValidString(note) {
-		t.Errorf("note of %d bytes, valid UTF-8 %v; want at most %d, valid", len(note), utf8.ValidString(note), maxNote)
+	if len(note) > plumbing.MaxEventNote || !utf8.ValidString(note) {
+		t.Errorf("note of %d bytes, valid UTF-8 %v; want at most %d, valid", len(note), utf8.ValidString(note), plumbing.MaxEventNote)
 	}
 }
 
@@ -230,7 +231,7 @@ func hookHost(t *testing.T, url string) *reviewHost {
 
 // hookExporter is the exporter of ns/inv to ns/hook on h, following v.
 func hookExporter(t *testing.T, h parent, v *itemSet) *exporter {
-	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "hook"}, v)
+	e := newExporter(h, exporterKey{inv: plumbing.InventoryKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "hook"}, v)
 	t.Cleanup(func() { e.sub.close(); e.closeClient() })
 	return e
 }

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +17,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
 	"kollect.dev/kollect/pkg/controllers/metrics"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 )
 
 const (
@@ -46,7 +46,7 @@ const (
 
 // exporterKey names one (inventory, sink) pair.
 type exporterKey struct {
-	inv       invKey
+	inv       plumbing.InventoryKey
 	family    v1alpha1.SinkFamily
 	namespace string // of the sink
 	name      string
@@ -541,16 +541,7 @@ func (e *exporter) report(ctx context.Context, cfg *resolved, u entryUpdate) (st
 	return true
 }
 
-// entryMessage is a message as a status entry holds it.
-func entryMessage(msg string) string { return strings.ToValidUTF8(truncate(msg, 1024), "") }
-
-// truncate cuts s to at most n bytes, on a character boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
+// entryMessage is a message as a status entry holds it: valid UTF-8
+// checked after the cut, as entries written before were, so that
+// entrySays finds them unchanged.
+func entryMessage(msg string) string { return strings.ToValidUTF8(plumbing.Truncate(msg, 1024), "") }

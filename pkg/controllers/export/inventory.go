@@ -11,10 +11,17 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 )
 
+// inventoryKeyOf is the key of an Inventory or a ClusterInventory.
+func inventoryKeyOf(obj metav1.Object) plumbing.InventoryKey {
+	_, cluster := obj.(*v1alpha1.ClusterInventory)
+	return plumbing.InventoryKey{Cluster: cluster, Namespace: obj.GetNamespace(), Name: obj.GetName()}
+}
+
 // getInventory reads an inventory from the cache; nil when it is gone.
-func (c *Controller) getInventory(k invKey) (metav1.Object, error) {
+func (c *Controller) getInventory(k plumbing.InventoryKey) (metav1.Object, error) {
 	var obj metav1.Object
 	var err error
 	if k.Cluster {
@@ -91,7 +98,7 @@ func inventoryOf(obj metav1.Object) (*inventory, error) {
 		out.interval = durationPtr(o.Spec.ExportMinInterval)
 		sinkNS := o.Spec.SinkNamespace
 		if sinkNS == "" {
-			sinkNS = "kollect-system"
+			sinkNS = v1alpha1.DefaultSinkNamespace
 		}
 		addRefs(v1alpha1.SinkFamilySnapshot, o.Spec.SnapshotSinkRefs, sinkNS)
 		addRefs(v1alpha1.SinkFamilyDatabase, o.Spec.DatabaseSinkRefs, sinkNS)
@@ -126,7 +133,7 @@ func parseSelector(ls *metav1.LabelSelector) (labels.Selector, error) {
 }
 
 // selectedTargets names the targets the inventory key exports.
-func (c *Controller) selectedTargets(key invKey, inv *inventory) (map[string]bool, error) {
+func (c *Controller) selectedTargets(key plumbing.InventoryKey, inv *inventory) (map[string]bool, error) {
 	selects, err := inv.selector()
 	if err != nil {
 		return nil, err
@@ -157,6 +164,6 @@ func (c *Controller) selectedTargets(key invKey, inv *inventory) (map[string]boo
 	return selected, nil
 }
 
-func (c *Controller) sinkInventory(key invKey, meta *metav1.ObjectMeta) sink.Inventory {
-	return sink.Inventory{Cluster: c.cfg.ClusterName, Kind: key.kind(), Namespace: key.Namespace, Name: key.Name, UID: string(meta.UID)}
+func (c *Controller) sinkInventory(key plumbing.InventoryKey, meta *metav1.ObjectMeta) sink.Inventory {
+	return sink.Inventory{Cluster: c.cfg.ClusterName, Kind: key.Kind(), Namespace: key.Namespace, Name: key.Name, UID: string(meta.UID)}
 }

@@ -1,8 +1,8 @@
 package export
 
 import (
+	"context"
 	"encoding/json"
-	"strconv"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -10,6 +10,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 )
 
 const targetIndex = "target"
@@ -58,81 +59,54 @@ func toExported(obj any) (any, error) {
 	return exported(it), nil
 }
 
+// byTarget indexes the item informers by "namespace/target".
+func byTarget(obj any) ([]string, error) {
+	e, ok := obj.(*exportedItem)
+	if !ok {
+		return nil, nil
+	}
+	return []string{e.Namespace + "/" + e.item.Target}, nil
+}
+
 // itemHandler applies item events to the item sets that include the item.
 func (c *Controller) itemHandler() cache.ResourceEventHandlerFuncs {
 	upsert := func(obj any) {
-		e, ok := unwrap(obj).(*exportedItem)
-		if !ok {
-			return
+		if e, ok := unwrap(obj).(*exportedItem); ok {
+			c.running.upsert(e)
 		}
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		for _, s := range c.byNamespace[e.item.Namespace] {
-			if s.targets[e.item.Target] {
-				s.items.upsert(e)
-			}
-		}
-		c.markApplied(e.item)
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    upsert,
 		UpdateFunc: func(_, obj any) { upsert(obj) },
 		DeleteFunc: func(obj any) {
-			e, ok := unwrap(obj).(*exportedItem)
-			if !ok {
-				return
-			}
-			it := e.item
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			for _, s := range c.byNamespace[it.Namespace] {
-				s.items.remove(it.Key(), it)
-			}
-			if _, unknown := obj.(cache.DeletedFinalStateUnknown); !unknown {
-				// The final state of a missed deletion carries an older
-				// revision: it proves nothing about what was applied.
-				c.markApplied(it)
+			if e, ok := unwrap(obj).(*exportedItem); ok {
+				_, unknown := obj.(cache.DeletedFinalStateUnknown)
+				c.running.remove(e.item, !unknown)
 			}
 		},
 	}
 }
 
-// markApplied records that the item event of it has been applied to
-// every item set (called after them, under c.mu): a run that takes its batch
-// afterwards may claim every change up to it.
-func (c *Controller) markApplied(it *sink.Item) {
-	rv, err := strconv.ParseUint(it.ResourceVersion, 10, 64)
-	if err != nil {
-		return
+// startItemInformers starts the item informers and waits for their caches,
+// once: with the first inventory, so that a server that only collects
+// keeps no second copy of the items. Only the inventory worker calls it.
+func (c *Controller) startItemInformers(ctx context.Context) error {
+	if c.itemsStarted {
+		return nil
 	}
-	a := &c.applied[0]
-	if it.Namespace == "" {
-		a = &c.applied[1]
+	c.itemFactory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), c.items.HasSynced, c.clusterItems.HasSynced) {
+		return ctx.Err()
 	}
-	if rv > a.Load() {
-		a.Store(rv)
-	}
-}
-
-// appliedRV is the cursor of an inventory's item informer, "" before any event.
-func (c *Controller) appliedRV(k invKey) func() string {
-	a := &c.applied[0]
-	if k.Cluster {
-		a = &c.applied[1]
-	}
-	return func() string {
-		if v := a.Load(); v > 0 {
-			return strconv.FormatUint(v, 10)
-		}
-		return ""
-	}
+	c.itemsStarted = true
+	return nil
 }
 
 // itemsOf reads the items of the selected targets from the informer cache.
-func (c *Controller) itemsOf(key invKey, targets map[string]bool) map[string]*exportedItem {
-	inf, ns := c.items, key.Namespace
+func (c *Controller) itemsOf(key plumbing.InventoryKey, targets map[string]bool) map[string]*exportedItem {
+	inf, ns := c.items, key.ItemNamespace()
 	if key.Cluster {
-		inf, ns = c.clusterItems, ""
+		inf = c.clusterItems
 	}
 	per := make([][]any, 0, len(targets))
 	n := 0
@@ -152,7 +126,9 @@ func (c *Controller) itemsOf(key invKey, targets map[string]bool) map[string]*ex
 	return out
 }
 
-func (c *Controller) itemsOfInventory(key invKey, inv *inventory) ([]*sink.Item, error) {
+// itemsOfInventory reads the items of the targets an inventory selects
+// from the informer cache.
+func (c *Controller) itemsOfInventory(key plumbing.InventoryKey, inv *inventory) ([]*sink.Item, error) {
 	selected, err := c.selectedTargets(key, inv)
 	if err != nil {
 		return nil, err

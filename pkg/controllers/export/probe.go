@@ -10,79 +10,31 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	metav1apply "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/klog/v2"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 	applyv1alpha1 "kollect.dev/kollect/pkg/generated/applyconfiguration/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/tenancy"
 )
 
-// sinkKey names a sink object.
-type sinkKey struct {
-	family          v1alpha1.SinkFamily
-	namespace, name string
-}
-
 // reprobeInterval is how often every sink's connection is tested again.
 const reprobeInterval = 10 * time.Minute
 
+// reprobeLoop queues every sink for a probe each reprobeInterval.
 func (c *Controller) reprobeLoop(ctx context.Context) {
-	t := time.NewTicker(reprobeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for _, o := range c.allSinks() {
-			c.probes.Add(sinkKey{family: o.family, namespace: o.GetNamespace(), name: o.GetName()})
-		}
-	}
+	c.everySink(ctx, reprobeInterval, func(key sinkKey, _ *sinkObject) { c.probes.Add(key) })
 }
 
-// allSinks lists every sink of the three families from the caches.
-func (c *Controller) allSinks() []*sinkObject {
-	ss, _ := c.snapshotSinks.List(labels.Everything())
-	ds, _ := c.databaseSinks.List(labels.Everything())
-	es, _ := c.eventSinks.List(labels.Everything())
-	out := make([]*sinkObject, 0, len(ss)+len(ds)+len(es))
-	add := func(obj metav1.Object) {
-		if o, err := sinkObjectOf(obj); err == nil {
-			out = append(out, o)
-		}
-	}
-	for _, o := range ss {
-		add(o)
-	}
-	for _, o := range ds {
-		add(o)
-	}
-	for _, o := range es {
-		add(o)
-	}
-	return out
-}
-
-// processProbe tests one sink's connection and records the result in its status.
-func (c *Controller) processProbe(ctx context.Context) bool {
-	key, quit := c.probes.Get()
-	if quit {
-		return false
-	}
-	defer c.probes.Done(key)
-	c.probe(ctx, key)
-	c.probes.Forget(key)
-	return true
-}
-
-func (c *Controller) probe(ctx context.Context, key sinkKey) {
+// probe tests one sink's connection and records the result in its
+// status. It returns no error: a failed probe is the sink's status, and
+// the sink is probed again when it changes or every reprobeInterval.
+func (c *Controller) probe(ctx context.Context, key sinkKey) error {
 	obj, err := c.sinkObject(key)
 	if err != nil || obj.GetDeletionTimestamp() != nil {
-		return
+		return nil
 	}
 	start := time.Now()
 	client, err := c.connect(ctx, obj)
@@ -116,7 +68,7 @@ func (c *Controller) probe(ctx context.Context, key sinkKey) {
 	default:
 		cond.WithStatus(metav1.ConditionFalse).WithReason(v1alpha1.ReasonProbeFailed)
 	}
-	msg = truncate(strings.ToValidUTF8(msg, ""), 1024)
+	msg = plumbing.Truncate(strings.ToValidUTF8(msg, ""), 1024)
 	probe.WithMessage(msg)
 	cond.WithMessage(msg)
 	// Keep lastTransitionTime when Ready does not flip.
@@ -127,6 +79,7 @@ func (c *Controller) probe(ctx context.Context, key sinkKey) {
 	if aerr := applySinkStatus(ctx, c.kollect, key, status, "kollect-sink-prober"); aerr != nil && !apierrors.IsNotFound(aerr) && ctx.Err() == nil {
 		klog.FromContext(ctx).V(2).Info("Writing a probe result failed", "sink", key, "err", aerr)
 	}
+	return nil
 }
 
 // probeOutcome is what a probe shows: its class and a message built from

@@ -14,6 +14,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
 	"kollect.dev/kollect/pkg/controllers/metrics"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 	"kollect.dev/kollect/pkg/tenancy"
 )
 
@@ -86,7 +87,7 @@ func (c *Controller) resolve(ctx context.Context, k exporterKey) (*resolved, err
 	if ref == nil {
 		return nil, errors.New("reference removed")
 	}
-	kind, refType := k.inv.kind(), string(k.family)+"Sink"
+	kind, refType := k.inv.Kind(), string(k.family)+"Sink"
 	sinkObj, failure, err := c.resolveCached(k)
 	if failure != nil {
 		if failure.reason == v1alpha1.ReasonSinkNotFound {
@@ -138,7 +139,7 @@ func (c *Controller) resolve(ctx context.Context, k exporterKey) (*resolved, err
 // the sink must exist.
 func (c *Controller) resolveCached(k exporterKey) (*sinkObject, *resolveFailure, error) {
 	if c.cfg.TenantMode && k.inv.Cluster {
-		d := tenancy.TenantModeDenial(k.inv.kind())
+		d := tenancy.TenantModeDenial(k.inv.Kind())
 		return nil, &resolveFailure{reason: d.Reason, message: d.Message}, nil
 	}
 	sinkObj, err := c.sinkObject(sinkKey{family: k.family, namespace: k.namespace, name: k.name})
@@ -151,7 +152,7 @@ func (c *Controller) resolveCached(k exporterKey) (*sinkObject, *resolveFailure,
 
 // limits are the Scopes of the inventory's namespace, or the ClusterScopes
 // for a ClusterInventory; all of them apply, the strictest wins.
-func (c *Controller) limits(k invKey) tenancy.Limits {
+func (c *Controller) limits(k plumbing.InventoryKey) tenancy.Limits {
 	if k.Cluster {
 		list, _ := c.clusterScopes.List(labels.Everything())
 		return tenancy.ClusterScopeLimits(list)

@@ -23,6 +23,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 	"kollect.dev/kollect/pkg/netguard"
 	"kollect.dev/kollect/test/eventfold"
 )
@@ -357,7 +358,7 @@ func TestReviewEditedSnapshotSinkNeverWritesTheNewPlace(t *testing.T) {
 	h := &reviewHost{inv: inv, obj: obj, root: root, maxAge: time.Hour}
 	v := newItemSet(func() string { return "1" })
 	v.upsert(exported(reviewItem("x", "uid-x", "1", "hx")))
-	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
+	e := newExporter(h, exporterKey{inv: plumbing.InventoryKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
 	defer func() { e.sub.close(); e.closeClient() }()
 	e.runOnce(ctx)
 	if _, err := os.Stat(filepath.Join(root, "ns", "a", "east", "ns", "inv.json")); err != nil {
@@ -400,7 +401,7 @@ func TestReviewIdleEventSinkKeepsTheStream(t *testing.T) {
 	for i := range n {
 		v.upsert(exported(reviewItem(strconv.Itoa(i), "uid-"+strconv.Itoa(i), "1", "h"+strconv.Itoa(i))))
 	}
-	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "events"}, v)
+	e := newExporter(h, exporterKey{inv: plumbing.InventoryKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "events"}, v)
 	defer func() { e.sub.close(); e.closeClient() }()
 	msgs := func() uint64 {
 		info, err := st.Info(ctx)
@@ -502,7 +503,7 @@ func TestReviewReselectedItemIsRestated(t *testing.T) {
 	path := sink.InventoryPath(inv)
 	h := &reviewHost{inv: inv, obj: obj, maxAge: time.Hour} // interval 0s: no anti-drift resync
 	v := newItemSet(func() string { return "" })
-	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "events"}, v)
+	e := newExporter(h, exporterKey{inv: plumbing.InventoryKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "events"}, v)
 	defer func() { e.sub.close(); e.closeClient() }()
 	run := func(what string) {
 		t.Helper()
@@ -589,7 +590,7 @@ func TestReviewSecretNamingAnotherDatabaseGetsEverything(t *testing.T) {
 	h := &reviewHost{inv: inv, obj: obj, secret: sink.Secret{"dsn": []byte(reviewDSN())}, secretVersion: "1", maxAge: time.Nanosecond}
 	v := newItemSet(func() string { return "1" })
 	v.upsert(exported(reviewItem("x", "uid-x", "1", "hx")))
-	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyDatabase, namespace: "ns", name: "db"}, v)
+	e := newExporter(h, exporterKey{inv: plumbing.InventoryKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyDatabase, namespace: "ns", name: "db"}, v)
 	defer func() { e.sub.close(); e.closeClient() }()
 	e.runOnce(ctx)
 
@@ -623,7 +624,7 @@ func TestReviewRebuiltFileClientLeavesTheDocument(t *testing.T) {
 	ctx := reviewCtx(t)
 	h, v := spreadHost(t, 30*time.Second, 30*time.Second)
 	h.maxAge = time.Nanosecond
-	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
+	e := newExporter(h, exporterKey{inv: plumbing.InventoryKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
 	defer func() { e.sub.close(); e.closeClient() }()
 	e.runOnce(ctx)
 	doc := filepath.Join(h.root, "ns", "a", "east", "ns", "inv.json")

@@ -2,15 +2,14 @@ package export
 
 import (
 	"context"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1apply "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/klog/v2"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 	applyv1alpha1 "kollect.dev/kollect/pkg/generated/applyconfiguration/kollect/v1alpha1"
 )
 
@@ -24,21 +23,7 @@ const sinkFieldManager = "kollect-sink-requester"
 // into a denial it sets Ready=False with the denial's reason; out of one it
 // has the prober test the sink again, which then writes Ready.
 func (c *Controller) sinkRequesterLoop(ctx context.Context) {
-	t := time.NewTicker(c.watchdog)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for _, obj := range c.allSinks() {
-			if ctx.Err() != nil {
-				return
-			}
-			c.checkSinkRequester(ctx, sinkKey{family: obj.family, namespace: obj.GetNamespace(), name: obj.GetName()}, obj)
-		}
-	}
+	c.everySink(ctx, c.watchdog, func(key sinkKey, obj *sinkObject) { c.checkSinkRequester(ctx, key, obj) })
 }
 
 // requesterReasons are the Ready reasons sinkRequesterLoop writes.
@@ -65,7 +50,7 @@ func (c *Controller) checkSinkRequester(ctx context.Context, key sinkKey, obj *s
 	}
 	now := metav1.Now()
 	cond := metav1apply.Condition().WithType(v1alpha1.ConditionReady).WithStatus(metav1.ConditionFalse).
-		WithReason(denial.Reason).WithMessage(truncate(denial.Message, 1024)).
+		WithReason(denial.Reason).WithMessage(plumbing.Truncate(denial.Message, 1024)).
 		WithObservedGeneration(obj.GetGeneration()).WithLastTransitionTime(now)
 	if ready != nil && ready.Status == metav1.ConditionFalse {
 		cond.WithLastTransitionTime(ready.LastTransitionTime)
@@ -76,8 +61,6 @@ func (c *Controller) checkSinkRequester(ctx context.Context, key sinkKey, obj *s
 		}
 		return
 	}
-	c.recorder.Eventf(&corev1.ObjectReference{
-		APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: string(key.family) + "Sink",
-		Namespace: key.namespace, Name: key.name, UID: obj.GetUID(), ResourceVersion: obj.GetResourceVersion(),
-	}, nil, corev1.EventTypeWarning, denial.Reason, "UseSink", "%s", truncate(denial.Message, 1000))
+	ref := plumbing.ObjectReference(key.kind(), key.namespace, key.name, obj.GetUID(), obj.GetResourceVersion())
+	c.recorder.Warn(ref, denial.Reason, "UseSink", denial.Message)
 }

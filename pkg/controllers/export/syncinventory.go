@@ -4,77 +4,46 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/finalizers"
-	"kollect.dev/kollect/pkg/controllers/metrics"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 	"kollect.dev/kollect/pkg/tenancy"
 )
 
-// processInventory reconciles one inventory from the queue.
-func (c *Controller) processInventory(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	if err := c.reconcile(ctx, key); err != nil {
-		if ctx.Err() == nil {
-			klog.FromContext(ctx).Info("Reconciling failed; retrying", "inventory", key.String(), "err", err)
-			metrics.ReconcileErrors.WithLabelValues(key.kind(), errorClass(err)).Inc()
-		}
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
-}
-
-func errorClass(err error) string {
-	switch {
-	case apierrors.IsConflict(err):
-		return "conflict"
-	case apierrors.IsNotFound(err):
-		return "not_found"
-	case apierrors.IsForbidden(err):
-		return "forbidden"
-	case apierrors.IsInvalid(err):
-		return "invalid"
-	case apierrors.IsTimeout(err), apierrors.IsServerTimeout(err), errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	}
-	return "sink"
-}
-
-func (c *Controller) reconcile(ctx context.Context, key invKey) error {
+// syncInventory brings the export of one Inventory or ClusterInventory in
+// line with the object in the cache: one exporter per sink reference, all
+// following the item set of the targets it selects. A deleted inventory's
+// export is removed from the sinks whose deletionPolicy is Delete before
+// its finalizer goes. Reconciles are sequential (one worker).
+func (c *Controller) syncInventory(ctx context.Context, key plumbing.InventoryKey) error {
+	// Read the inventory from the cache: one that is gone exports nothing
+	// more (its cleanup ran while it was being deleted).
 	obj, err := c.getInventory(key)
 	if err != nil {
 		return err
 	}
 	if obj == nil {
-		c.drop(key)
+		stopExporters(c.running.drop(key))
 		return nil
 	}
-	// Only this worker starts them: reconciles are sequential.
-	if !c.itemsStarted {
-		c.itemFactory.Start(ctx.Done())
-		if !cache.WaitForCacheSync(ctx.Done(), c.items.HasSynced, c.clusterItems.HasSynced) {
-			return ctx.Err()
-		}
-		c.itemsStarted = true
+
+	// The first inventory starts the item informers.
+	if err := c.startItemInformers(ctx); err != nil {
+		return err
 	}
 	inv, err := inventoryOf(obj)
 	if err != nil {
 		return err
 	}
+
+	// A deleted inventory stops exporting; while it holds the finalizer,
+	// remove what it exported, then let it go.
 	if inv.meta.DeletionTimestamp != nil {
-		c.drop(key)
+		stopExporters(c.running.drop(key))
 		if !slices.Contains(inv.meta.Finalizers, Finalizer) {
 			return nil
 		}
@@ -83,6 +52,7 @@ func (c *Controller) reconcile(ctx context.Context, key invKey) error {
 		}
 		return c.setFinalizer(ctx, key, false)
 	}
+
 	// The registry adds the finalizer on create; this restores one that an
 	// update removed, or that an object older than that rule never had.
 	if !slices.Contains(inv.meta.Finalizers, Finalizer) {
@@ -91,80 +61,41 @@ func (c *Controller) reconcile(ctx context.Context, key invKey) error {
 		}
 	}
 
+	// Find the targets it selects: their items are what it exports.
 	selected, err := c.selectedTargets(key, inv)
 	if err != nil {
 		return err
 	}
 
-	c.mu.Lock()
-	s := c.state[key]
-	if s == nil {
-		s = &inventoryState{key: key, items: newItemSet(c.appliedRV(key)), exporters: map[exporterKey]*exporter{}}
-		c.state[key] = s
-		ns := key.Namespace
-		if key.Cluster {
-			ns = ""
-		}
-		if c.byNamespace[ns] == nil {
-			c.byNamespace[ns] = map[invKey]*inventoryState{}
-		}
-		c.byNamespace[ns][key] = s
+	// Run one exporter per sink reference (none while suspended), each
+	// following the item set of the selected targets, and stop the rest.
+	// The exporters run until they are stopped, not for this sync: they
+	// get the worker's context, which ends with Run's.
+	start := func(k exporterKey, items *itemSet) *exporter {
+		e := newExporter(c, k, items)
+		e.start(ctx)
+		return e
 	}
-	if !maps.Equal(s.targets, selected) || s.targets == nil {
-		s.targets = selected
-		s.items.replace(c.itemsOf(key, selected))
-	}
-
-	desired := map[exporterKey]bool{}
-	if !inv.suspend {
-		for _, r := range inv.refs {
-			desired[exporterKey{inv: key, family: r.family, namespace: r.namespace, name: r.name}] = true
-		}
-	}
-	var stopping []*exporter
-	for k, e := range s.exporters {
-		if !desired[k] {
-			stopping = append(stopping, e)
-			delete(s.exporters, k)
-		}
-	}
-	for k := range desired {
-		if e, ok := s.exporters[k]; ok {
-			e.poke() // the spec may have changed: generation, intervals
-			continue
-		}
-		e := newExporter(c, k, s.items)
-		s.exporters[k] = e
-		e.start(c.runCtx)
-	}
-	c.mu.Unlock()
-	for _, e := range stopping {
-		e.stop()
-	}
+	items := func() map[string]*exportedItem { return c.itemsOf(key, selected) }
+	stopExporters(c.running.update(key, selected, items, wantedExporters(key, inv), start))
 	return nil
 }
 
-// drop stops an inventory's exporters and forgets it.
-func (c *Controller) drop(key invKey) {
-	c.mu.Lock()
-	s := c.state[key]
-	delete(c.state, key)
-	ns := key.Namespace
-	if key.Cluster {
-		ns = ""
+// wantedExporters are the exporters of an inventory's sink references;
+// none while it is suspended.
+func wantedExporters(key plumbing.InventoryKey, inv *inventory) map[exporterKey]bool {
+	wanted := map[exporterKey]bool{}
+	if inv.suspend {
+		return wanted
 	}
-	delete(c.byNamespace[ns], key)
-	c.mu.Unlock()
-	if s == nil {
-		return
+	for _, r := range inv.refs {
+		wanted[exporterKey{inv: key, family: r.family, namespace: r.namespace, name: r.name}] = true
 	}
-	for _, e := range s.exporters {
-		e.stop()
-	}
+	return wanted
 }
 
 // setFinalizer adds or removes the export finalizer with a fresh read.
-func (c *Controller) setFinalizer(ctx context.Context, key invKey, present bool) error {
+func (c *Controller) setFinalizer(ctx context.Context, key plumbing.InventoryKey, present bool) error {
 	api := c.kollect.KollectV1alpha1()
 	if key.Cluster {
 		return finalizers.Set[*v1alpha1.ClusterInventory](ctx, api.ClusterInventories(), key.Name, Finalizer, fieldManager, present)
@@ -176,7 +107,7 @@ const fieldManager = "kollect-exporter"
 
 // cleanup removes what a deleted inventory exported to the sinks whose
 // deletionPolicy is Delete: the document, the rows, or a delete event per item.
-func (c *Controller) cleanup(ctx context.Context, key invKey, inv *inventory) error {
+func (c *Controller) cleanup(ctx context.Context, key plumbing.InventoryKey, inv *inventory) error {
 	sinkInv := c.sinkInventory(key, inv.meta)
 	// The item set was dropped with the exporters: read the items again. A
 	// selector that cannot be read leaves the export in place rather than

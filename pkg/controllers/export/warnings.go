@@ -5,15 +5,15 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 )
 
 // warn emits a Warning Event about an inventory, as the cache holds it,
 // in the host cluster.
-func (c *Controller) warn(k invKey, reason, note string) {
+func (c *Controller) warn(k plumbing.InventoryKey, reason, note string) {
 	obj, err := c.getInventory(k)
 	if err != nil || obj == nil {
 		return
@@ -26,19 +26,11 @@ func (c *Controller) warn(k invKey, reason, note string) {
 // Kubernetes does for cluster-scoped objects; their note names no sink,
 // since more users read Events there (the built-in view role bound in
 // default) than may read the ClusterInventory and its status.
-func (c *Controller) warnAt(k invKey, uid, resourceVersion, reason, note string) {
+func (c *Controller) warnAt(k plumbing.InventoryKey, uid, resourceVersion, reason, note string) {
 	if k.Cluster {
 		note = clusterEventNote
 	}
-	ref := &corev1.ObjectReference{
-		APIVersion:      v1alpha1.SchemeGroupVersion.String(),
-		Kind:            k.kind(),
-		Namespace:       k.Namespace,
-		Name:            k.Name,
-		UID:             types.UID(uid),
-		ResourceVersion: resourceVersion,
-	}
-	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, "Export", "%s", truncate(strings.ToValidUTF8(note, ""), maxNote))
+	c.recorder.Warn(k.Reference(types.UID(uid), resourceVersion), reason, "Export", note)
 }
 
 // clusterEventNote is the note of every ClusterInventory Event.
@@ -64,7 +56,7 @@ func (w *warnings) add(rv, reason string, family v1alpha1.SinkFamily, namespace,
 	w.notes[ev] = append(w.notes[ev], sinkNote{sink: fmt.Sprintf("%s %s/%s", family, namespace, name), text: text})
 }
 
-func (w *warnings) emit(c *Controller, k invKey, uid string) {
+func (w *warnings) emit(c *Controller, k plumbing.InventoryKey, uid string) {
 	for _, ev := range w.order {
 		c.warnAt(k, uid, ev.rv, ev.reason, joinNotes(w.notes[ev]))
 	}
@@ -74,19 +66,16 @@ func (w *warnings) emit(c *Controller, k invKey, uid string) {
 // ns/audit: SnapshotSink ns/audit does not exist".
 type sinkNote struct{ sink, text string }
 
-// maxNote is the longest Event note the controller records; noteSep
-// separates the sinks of one note.
-const (
-	maxNote = 1000
-	noteSep = "; "
-)
+// noteSep separates the sinks of one note.
+const noteSep = "; "
 
 // joinNotes makes one Event note of what it says about several sinks,
-// within maxNote bytes: every sink is named, in order, and the texts share
+// within plumbing.MaxEventNote bytes (the recorder's cut would lose the
+// last sinks' names): every sink is named, in order, and the texts share
 // what the names leave, the shortest whole and the longest cut, on
 // character boundaries. Sinks whose names do not fit are counted.
 func joinNotes(notes []sinkNote) string {
-	room := maxNote - len(noteSep)*(len(notes)-1)
+	room := plumbing.MaxEventNote - len(noteSep)*(len(notes)-1)
 	for _, n := range notes {
 		room -= len(n.sink) + len(": ")
 	}
@@ -102,7 +91,7 @@ func joinNotes(notes []sinkNote) string {
 			if rest := len(notes) - i - 1; rest > 0 {
 				tail = len(fmt.Sprintf(" and %d more", rest))
 			}
-			if b.Len()+len(sep)+len(n.sink)+tail > maxNote {
+			if b.Len()+len(sep)+len(n.sink)+tail > plumbing.MaxEventNote {
 				fmt.Fprintf(&b, " and %d more", len(notes)-i)
 				break
 			}
@@ -120,7 +109,7 @@ func joinNotes(notes []sinkNote) string {
 	texts := make([]string, len(notes))
 	for k, i := range byLength {
 		share := room / (len(notes) - k)
-		texts[i] = truncate(strings.ToValidUTF8(notes[i].text, ""), share)
+		texts[i] = plumbing.Truncate(strings.ToValidUTF8(notes[i].text, ""), share)
 		room -= len(texts[i])
 	}
 	parts := make([]string, len(notes))
