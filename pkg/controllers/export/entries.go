@@ -14,6 +14,10 @@ import (
 	"kollect.dev/kollect/pkg/controllers/plumbing"
 )
 
+// entryLinger is how long a status write with none in flight waits for the
+// entries of the inventory's other exporters.
+const entryLinger = 5 * time.Millisecond
+
 // entryWrites coalesces the status entries that the exporters of one
 // inventory report while a write of that inventory is in flight into the
 // next write: one storage update for all of them. A new inventory's

@@ -23,9 +23,6 @@ import (
 const (
 	// batchWindow coalesces a burst of item changes into one export.
 	batchWindow = 250 * time.Millisecond
-	// entryLinger is how long a status write with none in flight waits
-	// for the entries of the inventory's other exporters (entryWrites).
-	entryLinger = 5 * time.Millisecond
 	// exportTimeout bounds one run against a sink.
 	exportTimeout = 5 * time.Minute
 	// backoffMin and backoffMax bound the retry delay of a failing sink.
@@ -33,15 +30,6 @@ const (
 	// breakerThreshold consecutive failures open a sink's breaker: it is
 	// then tried only once per backoff period (half-open), whatever changes.
 	breakerThreshold = 3
-	// applyBatch is the most changes one database transaction carries: a
-	// transaction's own cost (fence, probe, commit) is then a small part of
-	// a first export, and a failed one redoes at most this much.
-	applyBatch = 5000
-	// publishBatch is the most events one Publish call carries.
-	publishBatch = 1000
-	// DefaultClientMaxAge is how long a sink client built from a Secret is
-	// used before the Secret is read again (rotation).
-	DefaultClientMaxAge = 5 * time.Minute
 )
 
 // exporterKey names one (inventory, sink) pair.

@@ -11,6 +11,10 @@ import (
 	"kollect.dev/kollect/pkg/controllers/plumbing"
 )
 
+// DefaultClientMaxAge is how long a sink client built from a Secret is
+// used before the Secret is read again (rotation).
+const DefaultClientMaxAge = 5 * time.Minute
+
 // sinkClient is a connected sink with what it was built from: a changed
 // sink spec, or age (the Secret is read again), builds a new one.
 type sinkClient struct {
