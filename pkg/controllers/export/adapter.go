@@ -8,6 +8,15 @@ import (
 	"kollect.dev/kollect/pkg/controllers/export/sink"
 )
 
+const (
+	// applyBatch is the most changes one database transaction carries: a
+	// transaction's own cost (fence, probe, commit) is then a small part of
+	// a first export, and a failed one redoes at most this much.
+	applyBatch = 5000
+	// publishBatch is the most events one Publish call carries.
+	publishBatch = 1000
+)
+
 // adapter is one connected sink as the exporter uses it: built once per
 // client, it turns what the sink is owed into the calls its family
 // understands, so nothing above it switches over sink kinds.

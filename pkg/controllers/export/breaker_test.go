@@ -12,6 +12,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 )
 
 // TestOpenBreakerClosesOnFlakyReceiver: a receiver that answers 503 to one
@@ -45,11 +46,11 @@ func TestOpenBreakerClosesOnFlakyReceiver(t *testing.T) {
 			}
 			inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv"}
 			h := &reviewHost{inv: inv, obj: obj, maxAge: time.Hour}
-			v := newView(func() string { return "1" })
+			v := newItemSet(func() string { return "1" })
 			for i := range 100 {
 				v.upsert(exported(reviewItem(strconv.Itoa(i), "uid-"+strconv.Itoa(i), "1", "h"+strconv.Itoa(i))))
 			}
-			e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "hook"}, v)
+			e := newExporter(h, exporterKey{inv: plumbing.InventoryKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "hook"}, v)
 			defer func() { e.sub.close(); e.closeClient() }()
 			e.failures = failures // the breaker opened during an outage now over
 			var outcomes []v1alpha1.ExportOutcome
@@ -89,7 +90,7 @@ func TestTwoSinksOneTable(t *testing.T) {
 		inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv" + strconv.Itoa(trial)}
 		errs := make(chan error, 2)
 		for _, d := range []*databaseAdapter{a, b} {
-			v := newView(func() string { return "1" })
+			v := newItemSet(func() string { return "1" })
 			for i := range 300 {
 				v.upsert(exported(reviewItem(strconv.Itoa(i), "uid-"+strconv.Itoa(i), "1", "h"+strconv.Itoa(i))))
 			}

@@ -3,14 +3,20 @@ package export
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
+
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/controllers/metrics"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 )
+
+// entryLinger is how long a status write with none in flight waits for the
+// entries of the inventory's other exporters.
+const entryLinger = 5 * time.Millisecond
 
 // entryWrites coalesces the status entries that the exporters of one
 // inventory report while a write of that inventory is in flight into the
@@ -23,26 +29,26 @@ import (
 type entryWrites struct {
 	// write stores a batch of one inventory's entries and emits their
 	// warnings; it returns each entry's outcome.
-	write func(ctx context.Context, t entryTarget, b *entryBatch) []error
+	write func(ctx context.Context, t entryInventory, b *entryBatch) []error
 	// linger is how long a batch with no write before it waits for more
 	// entries (PostgreSQL's commit_delay).
 	linger time.Duration
 	// alone, when set, reports that no other exporter of the target may
 	// join its batch: it then does not linger, since nothing would come.
-	alone func(entryTarget) bool
+	alone func(entryInventory) bool
 
 	mu sync.Mutex
 	// open is the batch of a target that still takes entries: its flush
 	// waits for the target's write in flight (or the linger).
-	open map[entryTarget]*entryBatch
+	open map[entryInventory]*entryBatch
 	// inFlight is the batch of a target being written.
-	inFlight map[entryTarget]*entryBatch
+	inFlight map[entryInventory]*entryBatch
 }
 
-// entryTarget is the inventory an entry is for: the same name with
-// another UID is another object, written apart.
-type entryTarget struct {
-	inv invKey
+// entryInventory is the inventory object an entry is for: the same name
+// with another UID is another object, written apart.
+type entryInventory struct {
+	inv plumbing.InventoryKey
 	uid string
 }
 
@@ -65,8 +71,8 @@ type entryBatch struct {
 // errNotWritten is the outcome of an entry its write did not report on.
 var errNotWritten = errors.New("the status entry was not written")
 
-func newEntryWrites(linger time.Duration, write func(ctx context.Context, t entryTarget, b *entryBatch) []error) *entryWrites {
-	return &entryWrites{write: write, linger: linger, open: map[entryTarget]*entryBatch{}, inFlight: map[entryTarget]*entryBatch{}}
+func newEntryWrites(linger time.Duration, write func(ctx context.Context, t entryInventory, b *entryBatch) []error) *entryWrites {
+	return &entryWrites{write: write, linger: linger, open: map[entryInventory]*entryBatch{}, inFlight: map[entryInventory]*entryBatch{}}
 }
 
 // put stores an exporter's entry, with the note of a Warning Event about
@@ -79,7 +85,7 @@ func (w *entryWrites) put(ctx, base context.Context, k exporterKey, uid string, 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	t := entryTarget{inv: k.inv, uid: uid}
+	t := entryInventory{inv: k.inv, uid: uid}
 	w.mu.Lock()
 	b := w.open[t]
 	if b == nil {
@@ -104,7 +110,7 @@ func (w *entryWrites) put(ctx, base context.Context, k exporterKey, uid string, 
 
 // flush writes a batch once the write before it ended (or, with none,
 // after the linger): until then it takes entries.
-func (w *entryWrites) flush(base context.Context, t entryTarget, b, prev *entryBatch) {
+func (w *entryWrites) flush(base context.Context, t entryInventory, b, prev *entryBatch) {
 	if prev != nil {
 		<-prev.done // a write's own time: the storage bounds it
 	} else if w.alone == nil || !w.alone(t) {
@@ -153,62 +159,59 @@ func (b *entryBatch) withdraw(entry *v1alpha1.SinkExportStatus) {
 	b.warnings = slices.Delete(b.warnings, i, i+1)
 }
 
-// sinkNote is what one Warning Event says about one sink: "Snapshot
-// ns/audit: SnapshotSink ns/audit does not exist".
-type sinkNote struct{ sink, text string }
+// writeEntry stores an exporter's status entry, with the entries of the
+// inventory's other exporters reported meanwhile (entryWrites). The
+// shared write runs until the controller stops, not the exporter.
+func (c *Controller) writeEntry(ctx context.Context, k exporterKey, uid string, entry *v1alpha1.SinkExportStatus, warning string) error {
+	return c.entries.put(ctx, wait.ContextForChannel(c.stopped), k, uid, entry, warning)
+}
 
-// maxNote is the longest Event note the controller records; noteSep
-// separates the sinks of one note.
-const (
-	maxNote = 1000
-	noteSep = "; "
-)
-
-// joinNotes makes one Event note of what it says about several sinks,
-// within maxNote bytes: every sink is named, in order, and the texts share
-// what the names leave, the shortest whole and the longest cut, on
-// character boundaries. Sinks whose names do not fit are counted.
-func joinNotes(notes []sinkNote) string {
-	room := maxNote - len(noteSep)*(len(notes)-1)
-	for _, n := range notes {
-		room -= len(n.sink) + len(": ")
+// writeEntries stores a batch of one inventory's entries in one update,
+// then emits the Warning Events of the entries stored: one per reason and
+// write, regarding the inventory as that write left it. The recorder
+// makes Events about one object version with one reason a series that
+// keeps the first note; each write is a version of its own, and its note
+// names every sink.
+func (c *Controller) writeEntries(ctx context.Context, t entryInventory, b *entryBatch) []error {
+	// In process, these writes pass no client rate limit or priority and
+	// fairness: this limit, the loopback client's, stands in for them.
+	// One outcome per entry: any the writer does not give is a failure.
+	rvs, errs := make([]string, len(b.entries)), slices.Repeat([]error{errNotWritten}, len(b.entries))
+	if err := c.entryLimiter.Wait(ctx); err != nil {
+		errs = slices.Repeat([]error{err}, len(b.entries))
+	} else {
+		wrote, outcomes := c.cfg.SinkExports.WriteSinkExports(ctx, t.inv.Cluster, t.inv.Namespace, t.inv.Name, t.uid, b.entries)
+		copy(rvs, wrote)
+		copy(errs, outcomes)
 	}
-	if room < 0 {
-		// Names only, as many as fit with the count of the others.
-		var b strings.Builder
-		for i, n := range notes {
-			sep := noteSep
-			if i == 0 {
-				sep = ""
-			}
-			tail := 0
-			if rest := len(notes) - i - 1; rest > 0 {
-				tail = len(fmt.Sprintf(" and %d more", rest))
-			}
-			if b.Len()+len(sep)+len(n.sink)+tail > maxNote {
-				fmt.Fprintf(&b, " and %d more", len(notes)-i)
-				break
-			}
-			b.WriteString(sep + n.sink)
+	var w warnings
+	// last holds each exporter's last entry in the batch: an earlier one
+	// (a restarted exporter's) was written over, and says nothing now.
+	last := map[exporterKey]int{}
+	for i, k := range b.keys {
+		last[k] = i
+	}
+	for i, err := range errs {
+		result := "ok"
+		if err != nil {
+			result = "error"
 		}
-		return b.String()
+		metrics.StatusEntryWrites.WithLabelValues(t.inv.Kind(), result).Inc()
+		if err != nil || b.warnings[i] == "" || last[b.keys[i]] != i {
+			continue
+		}
+		k := b.keys[i]
+		w.add(rvs[i], b.entries[i].Reason, k.family, k.namespace, k.name, b.warnings[i])
 	}
-	// Water-filling: each text gets an equal share of what is left,
-	// shorter ones leave theirs to the others.
-	byLength := make([]int, len(notes))
-	for i := range byLength {
-		byLength[i] = i
+	uid := t.uid
+	if uid == "" && len(w.order) > 0 {
+		// A write for whatever object holds the name: the cache's.
+		obj, err := c.getInventory(t.inv)
+		if err != nil || obj == nil {
+			return errs
+		}
+		uid = string(obj.GetUID())
 	}
-	slices.SortStableFunc(byLength, func(a, b int) int { return len(notes[a].text) - len(notes[b].text) })
-	texts := make([]string, len(notes))
-	for k, i := range byLength {
-		share := room / (len(notes) - k)
-		texts[i] = truncate(strings.ToValidUTF8(notes[i].text, ""), share)
-		room -= len(texts[i])
-	}
-	parts := make([]string, len(notes))
-	for i, n := range notes {
-		parts[i] = n.sink + ": " + texts[i]
-	}
-	return strings.Join(parts, noteSep)
+	w.emit(c, t.inv, uid)
+	return errs
 }

@@ -14,10 +14,11 @@ import (
 	"unicode/utf8"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 )
 
 // waitOpen waits until the open batch of t holds n entries.
-func waitOpen(t *testing.T, w *entryWrites, tg entryTarget, n int) {
+func waitOpen(t *testing.T, w *entryWrites, tg entryInventory, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -43,7 +44,7 @@ func TestEntryWritesLaterWinsAndEmptyBatch(t *testing.T) {
 	stored := map[string]string{}
 	started, release := make(chan struct{}), make(chan struct{})
 	first := true
-	w := newEntryWrites(0, func(_ context.Context, _ entryTarget, b *entryBatch) []error {
+	w := newEntryWrites(0, func(_ context.Context, _ entryInventory, b *entryBatch) []error {
 		mu.Lock()
 		f := first
 		first = false
@@ -58,8 +59,8 @@ func TestEntryWritesLaterWinsAndEmptyBatch(t *testing.T) {
 		return make([]error, len(b.entries))
 	})
 	ctx := t.Context()
-	inv := invKey{Namespace: "ns", Name: "inv"}
-	tg := entryTarget{inv: inv, uid: "u"}
+	inv := plumbing.InventoryKey{Namespace: "ns", Name: "inv"}
+	tg := entryInventory{inv: inv, uid: "u"}
 	go func() { _ = w.put(ctx, ctx, sinkKeyed(inv, "x"), "u", &v1alpha1.SinkExportStatus{Name: "x"}, "") }()
 	<-started
 	errs := make(chan error, 2)
@@ -83,7 +84,7 @@ func TestEntryWritesLaterWinsAndEmptyBatch(t *testing.T) {
 
 	// Every entry withdrawn: the batch ends without a write.
 	started2, release2 := make(chan struct{}), make(chan struct{})
-	w2 := newEntryWrites(0, func(_ context.Context, _ entryTarget, b *entryBatch) []error {
+	w2 := newEntryWrites(0, func(_ context.Context, _ entryInventory, b *entryBatch) []error {
 		if len(b.entries) > 0 && b.entries[0].Name == "hold" {
 			close(started2)
 			<-release2
@@ -121,7 +122,7 @@ func TestEntryWritesLaterWinsAndEmptyBatch(t *testing.T) {
 func TestEntryWritesEndWithBase(t *testing.T) {
 	before := runtime.NumGoroutine()
 	base, cancel := context.WithCancel(context.Background())
-	w := newEntryWrites(time.Millisecond, func(ctx context.Context, _ entryTarget, b *entryBatch) []error {
+	w := newEntryWrites(time.Millisecond, func(ctx context.Context, _ entryInventory, b *entryBatch) []error {
 		<-ctx.Done() // the storage answers only when the context ends
 		errs := make([]error, len(b.entries))
 		for i := range errs {
@@ -132,7 +133,7 @@ func TestEntryWritesEndWithBase(t *testing.T) {
 	live := context.Background() // exporters not yet stopped
 	var wg sync.WaitGroup
 	for i := range 8 {
-		inv := invKey{Namespace: "ns", Name: fmt.Sprint("inv", i%2)}
+		inv := plumbing.InventoryKey{Namespace: "ns", Name: fmt.Sprint("inv", i%2)}
 		wg.Go(func() {
 			if err := w.put(live, base, sinkKeyed(inv, fmt.Sprint("s", i)), "u", &v1alpha1.SinkExportStatus{Name: fmt.Sprint("s", i)}, ""); err == nil {
 				t.Errorf("an entry acknowledged though its write failed")
@@ -166,7 +167,7 @@ func TestTruncateMatchesPreviousVersion(t *testing.T) {
 		for pad := 1000; pad < 1030; pad++ {
 			s := strings.Repeat("a", pad) + strings.Repeat(r, 20)
 			old := strings.ToValidUTF8(oldTruncate(s, 1024), "")
-			now := strings.ToValidUTF8(truncate(s, 1024), "")
+			now := strings.ToValidUTF8(plumbing.Truncate(s, 1024), "")
 			if old != now {
 				t.Fatalf("pad %d rune %q: stored %d bytes, compared %d", pad, r, len(old), len(now))
 			}
@@ -174,7 +175,7 @@ func TestTruncateMatchesPreviousVersion(t *testing.T) {
 	}
 	// Only stray continuation bytes at the cut differ (a one-time rewrite).
 	s := strings.Repeat("a", 1023) + "\x80\x80"
-	if a, b := strings.ToValidUTF8(oldTruncate(s, 1024), ""), strings.ToValidUTF8(truncate(s, 1024), ""); a == b {
+	if a, b := strings.ToValidUTF8(oldTruncate(s, 1024), ""), strings.ToValidUTF8(plumbing.Truncate(s, 1024), ""); a == b {
 		t.Logf("no difference")
 	} else {
 		t.Logf("invalid input: old %d bytes, new %d bytes", len(a), len(b))
@@ -182,7 +183,7 @@ func TestTruncateMatchesPreviousVersion(t *testing.T) {
 }
 
 // With an inventory's 20 sinks (MaxSinkReferences) failing together, the
-// note still names every sink, within maxNote and valid UTF-8; with names
+// note still names every sink, within plumbing.MaxEventNote and valid UTF-8; with names
 // too long for all of them to fit, it names what fits and counts the rest.
 func TestJoinedNoteNamesManySinks(t *testing.T) {
 	var notes []sinkNote
@@ -191,8 +192,8 @@ func TestJoinedNoteNamesManySinks(t *testing.T) {
 			text: fmt.Sprintf("export failed: dial tcp 10.0.0.%d:5432: connect: connection refused", i)})
 	}
 	note := joinNotes(notes)
-	if len(note) > maxNote || !utf8.ValidString(note) {
-		t.Errorf("note of %d bytes, valid UTF-8 %v; want at most %d, valid", len(note), utf8.ValidString(note), maxNote)
+	if len(note) > plumbing.MaxEventNote || !utf8.ValidString(note) {
+		t.Errorf("note of %d bytes, valid UTF-8 %v; want at most %d, valid", len(note), utf8.ValidString(note), plumbing.MaxEventNote)
 	}
 	for _, n := range notes {
 		if !strings.Contains(note, n.sink+": ") {
@@ -204,16 +205,16 @@ func TestJoinedNoteNamesManySinks(t *testing.T) {
 		long = append(long, sinkNote{sink: fmt.Sprintf("Database %s/%s-%02d", strings.Repeat("n", 63), strings.Repeat("s", 60), i), text: "x"})
 	}
 	note = joinNotes(long)
-	if len(note) > maxNote || !strings.HasSuffix(note, " more") || !strings.Contains(note, long[0].sink) {
-		t.Errorf("note of names too long: %d bytes %.200q...; want at most %d, the first sink, a count of the rest", len(note), note, maxNote)
+	if len(note) > plumbing.MaxEventNote || !strings.HasSuffix(note, " more") || !strings.Contains(note, long[0].sink) {
+		t.Errorf("note of names too long: %d bytes %.200q...; want at most %d, the first sink, a count of the rest", len(note), note, plumbing.MaxEventNote)
 	}
 }
 
 // An entry its write gives no outcome for is not acknowledged.
 func TestEntryWithoutOutcomeNotAcknowledged(t *testing.T) {
-	w := newEntryWrites(0, func(context.Context, entryTarget, *entryBatch) []error { return nil })
+	w := newEntryWrites(0, func(context.Context, entryInventory, *entryBatch) []error { return nil })
 	ctx := t.Context()
-	inv := invKey{Namespace: "ns", Name: "inv"}
+	inv := plumbing.InventoryKey{Namespace: "ns", Name: "inv"}
 	if err := w.put(ctx, ctx, sinkKeyed(inv, "a"), "u", &v1alpha1.SinkExportStatus{Name: "a"}, ""); err == nil {
 		t.Errorf("an entry the writer gave no outcome for was acknowledged")
 	}

@@ -19,6 +19,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 )
 
 // batchHost is reviewHost with the real entryWrites in front of a writer
@@ -36,7 +37,7 @@ type batchHost struct {
 func newBatchHost(base context.Context, h *reviewHost) *batchHost {
 	bh := &batchHost{reviewHost: h, base: base}
 	lim := flowcontrol.NewTokenBucketRateLimiter(loopbackQPS, loopbackBurst)
-	bh.w = newEntryWrites(entryLinger, func(ctx context.Context, _ entryTarget, b *entryBatch) []error {
+	bh.w = newEntryWrites(entryLinger, func(ctx context.Context, _ entryInventory, b *entryBatch) []error {
 		errs := make([]error, len(b.entries))
 		if err := lim.Wait(ctx); err != nil {
 			for i := range errs {
@@ -81,7 +82,7 @@ func TestStoppedExporterStoresNoEntry(t *testing.T) {
 	defer srv.Close()
 	defer close(quit)
 	h := newBatchHost(ctx, hookHost(t, srv.URL))
-	v := newView(func() string { return "1" })
+	v := newItemSet(func() string { return "1" })
 	for i := range 10 {
 		v.upsert(exported(reviewItem(strconv.Itoa(i), "uid-"+strconv.Itoa(i), "1", "h"+strconv.Itoa(i))))
 	}
@@ -111,7 +112,7 @@ func TestStoppedEntryReturnsAtOnce(t *testing.T) {
 	l := &writeLog{started: make(chan struct{}), release: make(chan struct{})}
 	w := newEntryWrites(0, l.write)
 	ctx := t.Context()
-	inv := invKey{Namespace: "ns", Name: "inv"}
+	inv := plumbing.InventoryKey{Namespace: "ns", Name: "inv"}
 	go func() { _ = w.put(ctx, ctx, sinkKeyed(inv, "a"), "u", &v1alpha1.SinkExportStatus{Name: "a"}, "") }()
 	<-l.started
 	defer close(l.release)
@@ -141,8 +142,8 @@ func TestJoinedNoteNamesEverySink(t *testing.T) {
 	if !strings.Contains(note, "Event ns/b: export failed: 500") {
 		t.Errorf("the Event's note does not say what the second sink says: %.100q", note[len(note)-100:])
 	}
-	if len(note) > maxNote || !utf8.ValidString(note) {
-		t.Errorf("note of %d bytes, valid UTF-8 %v; want at most %d, valid", len(note), utf8.ValidString(note), maxNote)
+	if len(note) > plumbing.MaxEventNote || !utf8.ValidString(note) {
+		t.Errorf("note of %d bytes, valid UTF-8 %v; want at most %d, valid", len(note), utf8.ValidString(note), plumbing.MaxEventNote)
 	}
 }
 
@@ -168,7 +169,7 @@ func TestStreakWarningSurvivesAFailedWrite(t *testing.T) {
 	ctx := reviewCtx(t)
 	srv := failingReceiver(t)
 	h := &flakyEntryHost{reviewHost: hookHost(t, srv.URL)}
-	v := newView(func() string { return "1" })
+	v := newItemSet(func() string { return "1" })
 	v.upsert(exported(reviewItem("0", "uid-0", "1", "h0")))
 	e := hookExporter(t, h, v)
 	for range 3 {
@@ -200,7 +201,7 @@ func TestStreakWarningOutlivesAReferenceFailure(t *testing.T) {
 	ctx := reviewCtx(t)
 	srv := failingReceiver(t)
 	h := &missingSinkHost{flakyEntryHost: &flakyEntryHost{reviewHost: hookHost(t, srv.URL)}}
-	v := newView(func() string { return "1" })
+	v := newItemSet(func() string { return "1" })
 	v.upsert(exported(reviewItem("0", "uid-0", "1", "h0")))
 	e := hookExporter(t, h, v)
 	e.runOnce(ctx) // fails; its entry's write fails
@@ -229,8 +230,8 @@ func hookHost(t *testing.T, url string) *reviewHost {
 }
 
 // hookExporter is the exporter of ns/inv to ns/hook on h, following v.
-func hookExporter(t *testing.T, h host, v *view) *exporter {
-	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "hook"}, v)
+func hookExporter(t *testing.T, h parent, v *itemSet) *exporter {
+	e := newExporter(h, exporterKey{inv: plumbing.InventoryKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "hook"}, v)
 	t.Cleanup(func() { e.sub.close(); e.closeClient() })
 	return e
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 )
 
 // writeLog is a batch writer that records each write's entries and holds
@@ -21,7 +22,7 @@ type writeLog struct {
 	fail    map[string]error
 }
 
-func (l *writeLog) write(_ context.Context, _ entryTarget, b *entryBatch) []error {
+func (l *writeLog) write(_ context.Context, _ entryInventory, b *entryBatch) []error {
 	l.mu.Lock()
 	var names []string
 	for _, e := range b.entries {
@@ -41,7 +42,7 @@ func (l *writeLog) write(_ context.Context, _ entryTarget, b *entryBatch) []erro
 	return errs
 }
 
-func sinkKeyed(inv invKey, name string) exporterKey {
+func sinkKeyed(inv plumbing.InventoryKey, name string) exporterKey {
 	return exporterKey{inv: inv, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: name}
 }
 
@@ -52,7 +53,7 @@ func TestEntryWritesCoalesce(t *testing.T) {
 	l := &writeLog{started: make(chan struct{}), release: make(chan struct{}), fail: map[string]error{"c": errors.New("refused")}}
 	w := newEntryWrites(0, l.write)
 	ctx := t.Context()
-	inv := invKey{Namespace: "ns", Name: "inv"}
+	inv := plumbing.InventoryKey{Namespace: "ns", Name: "inv"}
 	put := func(name string) error {
 		return w.put(ctx, ctx, sinkKeyed(inv, name), "uid-1", &v1alpha1.SinkExportStatus{Name: name}, "")
 	}
@@ -73,9 +74,9 @@ func TestEntryWritesCoalesce(t *testing.T) {
 			results <- err
 		})
 	}
-	waitOpen(t, w, entryTarget{inv: inv, uid: "uid-1"}, 3)
+	waitOpen(t, w, entryInventory{inv: inv, uid: "uid-1"}, 3)
 	// Another inventory's entry is written at once, beside the one in flight.
-	other := invKey{Namespace: "ns", Name: "other"}
+	other := plumbing.InventoryKey{Namespace: "ns", Name: "other"}
 	if err := w.put(ctx, ctx, sinkKeyed(other, "a"), "uid-2", &v1alpha1.SinkExportStatus{Name: "x"}, ""); err != nil {
 		t.Fatalf("another inventory's entry: %v", err)
 	}
@@ -109,8 +110,8 @@ func TestEntryWritesWaiterCancelled(t *testing.T) {
 	l := &writeLog{started: make(chan struct{}), release: make(chan struct{})}
 	w := newEntryWrites(0, l.write)
 	ctx := t.Context()
-	inv := invKey{Namespace: "ns", Name: "inv"}
-	target := entryTarget{inv: inv, uid: "u"}
+	inv := plumbing.InventoryKey{Namespace: "ns", Name: "inv"}
+	target := entryInventory{inv: inv, uid: "u"}
 	go func() {
 		_ = w.put(ctx, ctx, sinkKeyed(inv, "a"), "u", &v1alpha1.SinkExportStatus{Name: "a"}, "")
 	}()
@@ -177,7 +178,7 @@ func TestEntryWritesLinger(t *testing.T) {
 	close(l.release)
 	w := newEntryWrites(time.Second, l.write)
 	ctx := t.Context()
-	inv := invKey{Namespace: "ns", Name: "inv"}
+	inv := plumbing.InventoryKey{Namespace: "ns", Name: "inv"}
 	var wg sync.WaitGroup
 	for _, n := range []string{"a", "b", "c"} {
 		wg.Go(func() {
@@ -199,9 +200,9 @@ func TestEntryWritesAloneDoNotLinger(t *testing.T) {
 	l := &writeLog{started: make(chan struct{}), release: make(chan struct{})}
 	close(l.release)
 	w := newEntryWrites(time.Hour, l.write)
-	inv := invKey{Namespace: "ns", Name: "inv"}
-	var asked []entryTarget
-	w.alone = func(t entryTarget) bool {
+	inv := plumbing.InventoryKey{Namespace: "ns", Name: "inv"}
+	var asked []entryInventory
+	w.alone = func(t entryInventory) bool {
 		asked = append(asked, t)
 		return true
 	}
@@ -210,7 +211,7 @@ func TestEntryWritesAloneDoNotLinger(t *testing.T) {
 	if err := w.put(ctx, t.Context(), sinkKeyed(inv, "a"), "u", &v1alpha1.SinkExportStatus{Name: "a"}, ""); err != nil {
 		t.Fatalf("entry of a lone exporter: %v (it waited for the linger)", err)
 	}
-	if len(l.writes) != 1 || !slices.Equal(asked, []entryTarget{{inv: inv, uid: "u"}}) {
+	if len(l.writes) != 1 || !slices.Equal(asked, []entryInventory{{inv: inv, uid: "u"}}) {
 		t.Errorf("writes %v, alone asked for %v", l.writes, asked)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,14 +17,12 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
 	"kollect.dev/kollect/pkg/controllers/metrics"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 )
 
 const (
 	// batchWindow coalesces a burst of item changes into one export.
 	batchWindow = 250 * time.Millisecond
-	// entryLinger is how long a status write with none in flight waits
-	// for the entries of the inventory's other exporters (entryWrites).
-	entryLinger = 5 * time.Millisecond
 	// exportTimeout bounds one run against a sink.
 	exportTimeout = 5 * time.Minute
 	// backoffMin and backoffMax bound the retry delay of a failing sink.
@@ -33,20 +30,11 @@ const (
 	// breakerThreshold consecutive failures open a sink's breaker: it is
 	// then tried only once per backoff period (half-open), whatever changes.
 	breakerThreshold = 3
-	// applyBatch is the most changes one database transaction carries: a
-	// transaction's own cost (fence, probe, commit) is then a small part of
-	// a first export, and a failed one redoes at most this much.
-	applyBatch = 5000
-	// publishBatch is the most events one Publish call carries.
-	publishBatch = 1000
-	// DefaultClientMaxAge is how long a sink client built from a Secret is
-	// used before the Secret is read again (rotation).
-	DefaultClientMaxAge = 5 * time.Minute
 )
 
 // exporterKey names one (inventory, sink) pair.
 type exporterKey struct {
-	inv       invKey
+	inv       plumbing.InventoryKey
 	family    v1alpha1.SinkFamily
 	namespace string // of the sink
 	name      string
@@ -56,10 +44,11 @@ func (k exporterKey) String() string {
 	return fmt.Sprintf("%s -> %s/%s/%s", k.inv, k.family, k.namespace, k.name)
 }
 
-// host is what an exporter needs from its controller, and all it may
-// reach: its configuration for a run, a connected sink, its own status
-// entry, Warning Events and the settings of this leadership term.
-type host interface {
+// parent is what an exporter needs from the controller that started it,
+// and all it may reach: its configuration for a run, a connected sink,
+// its own status entry, Warning Events and the settings of this
+// leadership term.
+type parent interface {
 	resolve(ctx context.Context, k exporterKey) (*resolved, error)
 	connect(ctx context.Context, obj *sinkObject) (*sinkClient, error)
 	// writeEntry stores the exporter's status entry and, when warning is
@@ -80,15 +69,15 @@ type settings struct {
 	clientMaxAge time.Duration
 }
 
-// exporter follows one inventory's view and delivers it to one sink. Its
+// exporter follows one inventory's item set and delivers it to one sink. Its
 // goroutine is the only one that talks to the sink or writes the sink's
 // status entry; a failing sink therefore delays nobody else. What the sink
 // is owed lives in the subscription, which nothing but a delivery the sink
 // acknowledged empties: not a client rebuild, an error, a revoked grant.
 type exporter struct {
-	h   host
-	key exporterKey
-	sub *subscription
+	parent parent
+	key    exporterKey
+	sub    *subscription
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -128,8 +117,8 @@ type exporter struct {
 	client      *sinkClient
 }
 
-func newExporter(h host, key exporterKey, v *view) *exporter {
-	return &exporter{h: h, key: key, sub: v.subscribe(), done: make(chan struct{}), spread: spreadOf(key), spreadNext: true}
+func newExporter(p parent, key exporterKey, set *itemSet) *exporter {
+	return &exporter{parent: p, key: key, sub: set.subscribe(), done: make(chan struct{}), spread: spreadOf(key), spreadNext: true}
 }
 
 // spreadOf places an exporter within a period, from its key: stable across
@@ -221,10 +210,10 @@ func (e *exporter) loop(ctx context.Context) {
 
 // runOnce does one export decision and returns when to run next at the latest.
 func (e *exporter) runOnce(ctx context.Context) time.Time {
-	set := e.h.settings()
+	set := e.parent.settings()
 	now := time.Now()
 	watchdog := now.Add(set.watchdog)
-	cfg, err := e.h.resolve(ctx, e.key)
+	cfg, err := e.parent.resolve(ctx, e.key)
 	if err != nil {
 		var rf *resolveFailure
 		if errors.As(err, &rf) {
@@ -525,7 +514,7 @@ func (e *exporter) report(ctx context.Context, cfg *resolved, u entryUpdate) (st
 	if !u.due.IsZero() {
 		entry.NextDueTime = &metav1.Time{Time: u.due}
 	}
-	if err := e.h.writeEntry(ctx, e.key, cfg.inventory.UID, entry, u.warning); err != nil {
+	if err := e.parent.writeEntry(ctx, e.key, cfg.inventory.UID, entry, u.warning); err != nil {
 		switch {
 		case ctx.Err() != nil:
 		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
@@ -540,16 +529,7 @@ func (e *exporter) report(ctx context.Context, cfg *resolved, u entryUpdate) (st
 	return true
 }
 
-// entryMessage is a message as a status entry holds it.
-func entryMessage(msg string) string { return strings.ToValidUTF8(truncate(msg, 1024), "") }
-
-// truncate cuts s to at most n bytes, on a character boundary.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
-}
+// entryMessage is a message as a status entry holds it: valid UTF-8
+// checked after the cut, as entries written before were, so that
+// entrySays finds them unchanged.
+func entryMessage(msg string) string { return strings.ToValidUTF8(plumbing.Truncate(msg, 1024), "") }

@@ -9,6 +9,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/apis/kollect/validation"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 	"kollect.dev/kollect/pkg/firstentries"
 )
 
@@ -23,23 +24,23 @@ var _ firstentries.Source = (*Controller)(nil)
 // refuses (deriving its status from as many entries takes time quadratic
 // in their number).
 func (c *Controller) FirstEntries(obj metav1.Object) []v1alpha1.SinkExportStatus {
-	if c.runCtx.Err() != nil {
-		return nil // stopping: the caches are stale
+	if c.stopping() {
+		return nil // the caches are stale
 	}
-	spec, err := specOf(obj)
-	if err != nil || spec.suspend || len(spec.refs) > validation.MaxSinkReferences {
+	inv, err := inventoryOf(obj)
+	if err != nil || inv.suspend || len(inv.refs) > validation.MaxSinkReferences {
 		return nil
 	}
-	k := invKeyOf(obj)
+	k := inventoryKeyOf(obj)
 	now := metav1.Now()
 	var out []v1alpha1.SinkExportStatus
-	for _, r := range spec.refs {
+	for _, r := range inv.refs {
 		_, failure, _ := c.resolveCached(exporterKey{inv: k, family: r.family, namespace: r.namespace, name: r.name})
 		if failure == nil || failure.reason != v1alpha1.ReasonSinkNotFound {
 			continue
 		}
 		out = append(out, v1alpha1.SinkExportStatus{Family: r.family, Namespace: r.namespace, Name: r.name,
-			ObservedGeneration: spec.generation, Outcome: v1alpha1.OutcomeFailed, LastAttemptTime: &now,
+			ObservedGeneration: inv.generation, Outcome: v1alpha1.OutcomeFailed, LastAttemptTime: &now,
 			Reason: failure.reason, Message: entryMessage(failure.message)})
 	}
 	return out
@@ -59,15 +60,15 @@ func (c *Controller) FirstEntries(obj metav1.Object) []v1alpha1.SinkExportStatus
 // found the entry saying so and wrote nothing). Waiting also keeps the
 // Events' posts out of a burst of creates.
 func (c *Controller) Created(obj metav1.Object) {
-	if c.runCtx.Err() != nil {
-		return // stopping: the Events would not be recorded
+	if c.stopping() {
+		return // the Events would not be recorded
 	}
-	spec, err := specOf(obj)
+	inv, err := inventoryOf(obj)
 	if err != nil {
 		return
 	}
 	var first []v1alpha1.SinkExportStatus
-	for _, e := range spec.status.SinkExports {
+	for _, e := range inv.status.SinkExports {
 		if e.Outcome == v1alpha1.OutcomeFailed {
 			first = append(first, e)
 		}
@@ -75,7 +76,7 @@ func (c *Controller) Created(obj metav1.Object) {
 	if len(first) == 0 {
 		return
 	}
-	k, uid, rv := invKeyOf(obj), string(obj.GetUID()), obj.GetResourceVersion()
+	k, uid, rv := inventoryKeyOf(obj), string(obj.GetUID()), obj.GetResourceVersion()
 	time.AfterFunc(firstWarningDelay, func() { c.warnFirst(k, uid, rv, first) })
 }
 
@@ -85,28 +86,23 @@ const firstWarningDelay = 5 * time.Second
 
 // warnFirst emits the Warning Event of the first entries of the inventory
 // k (uid) that its cache still holds as the create stored them (rv).
-func (c *Controller) warnFirst(k invKey, uid, rv string, first []v1alpha1.SinkExportStatus) {
-	if c.runCtx.Err() != nil {
+func (c *Controller) warnFirst(k plumbing.InventoryKey, uid, rv string, first []v1alpha1.SinkExportStatus) {
+	if c.stopping() {
 		return
 	}
 	obj, err := c.getInventory(k)
 	if err != nil || obj == nil || string(obj.GetUID()) != uid {
 		return // gone, or another object of the name
 	}
-	spec, err := specOf(obj)
+	inv, err := inventoryOf(obj)
 	if err != nil {
 		return
 	}
 	var w warnings
 	for _, e := range first {
-		if slices.ContainsFunc(spec.status.SinkExports, func(now v1alpha1.SinkExportStatus) bool { return equality.Semantic.DeepEqual(now, e) }) {
+		if slices.ContainsFunc(inv.status.SinkExports, func(now v1alpha1.SinkExportStatus) bool { return equality.Semantic.DeepEqual(now, e) }) {
 			w.add(rv, e.Reason, e.Family, e.Namespace, e.Name, e.Message)
 		}
 	}
 	w.emit(c, k, uid)
-}
-
-func invKeyOf(obj metav1.Object) invKey {
-	_, cluster := obj.(*v1alpha1.ClusterInventory)
-	return invKey{Cluster: cluster, Namespace: obj.GetNamespace(), Name: obj.GetName()}
 }

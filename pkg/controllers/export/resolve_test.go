@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
 )
 
@@ -28,7 +29,7 @@ func TestResolveRefusesAnInventoryBeingDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &Controller{inventories: kollectlisters.NewInventoryLister(idx)}
-	k := exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "changes"}
+	k := exporterKey{inv: plumbing.InventoryKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "changes"}
 	cfg, err := c.resolve(t.Context(), k)
 	if !errors.Is(err, errInventoryDeleting) || cfg != nil {
 		t.Errorf("resolve of an inventory being deleted = %+v, %v; want %v", cfg, err, errInventoryDeleting)

@@ -1,7 +1,7 @@
 package export
 
 // Adversarial review of the delivery model (issue 11). Each test drives
-// the real view, subscription and adapters against the real PostgreSQL
+// the real item set, subscription and adapters against the real PostgreSQL
 // and NATS JetStream servers; each failed before its defect was fixed.
 
 import (
@@ -23,6 +23,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 	"kollect.dev/kollect/pkg/netguard"
 	"kollect.dev/kollect/test/eventfold"
 )
@@ -148,7 +149,7 @@ func TestReviewNewLeaderWithNothingToWriteIsNotFenced(t *testing.T) {
 	x := reviewItem("x", "uid-x", "10", "hx")
 
 	// Leader A, epoch 5, exports x.
-	vA := newView(func() string { return "10" })
+	vA := newItemSet(func() string { return "10" })
 	sA := vA.subscribe()
 	vA.upsert(exported(x))
 	if err := exportOnce(ctx, a, sA, inv, false, 5); err != nil {
@@ -159,7 +160,7 @@ func TestReviewNewLeaderWithNothingToWriteIsNotFenced(t *testing.T) {
 	stale := sA.take(false)
 
 	// z is deleted; B takes the Lease with epoch 6 and exports the live set {x}.
-	vB := newView(func() string { return "12" })
+	vB := newItemSet(func() string { return "12" })
 	sB := vB.subscribe()
 	vB.upsert(exported(x))
 	if err := exportOnce(ctx, a, sB, inv, false, 6); err != nil {
@@ -208,7 +209,7 @@ func TestReviewStaleCommitBetweenStateAndApplySurvives(t *testing.T) {
 	inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv"}
 	x := reviewItem("x", "uid-x", "10", "hx")
 
-	vA := newView(func() string { return "10" })
+	vA := newItemSet(func() string { return "10" })
 	sA := vA.subscribe()
 	vA.upsert(exported(x))
 	if err := exportOnce(ctx, a, sA, inv, false, 5); err != nil {
@@ -265,7 +266,7 @@ func TestReviewStaleCommitBetweenStateAndApplySurvives(t *testing.T) {
 
 	// z is deleted; B (epoch 6) leads: live set {x, w}. It reads State now
 	// (z is not there yet) and waits for the cursor row to apply w.
-	vB := newView(func() string { return "13" })
+	vB := newItemSet(func() string { return "13" })
 	sB := vB.subscribe()
 	vB.upsert(exported(x))
 	vB.upsert(exported(reviewItem("w", "uid-w", "12", "hw")))
@@ -355,9 +356,9 @@ func TestReviewEditedSnapshotSinkNeverWritesTheNewPlace(t *testing.T) {
 	}
 	inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv"}
 	h := &reviewHost{inv: inv, obj: obj, root: root, maxAge: time.Hour}
-	v := newView(func() string { return "1" })
+	v := newItemSet(func() string { return "1" })
 	v.upsert(exported(reviewItem("x", "uid-x", "1", "hx")))
-	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
+	e := newExporter(h, exporterKey{inv: plumbing.InventoryKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
 	defer func() { e.sub.close(); e.closeClient() }()
 	e.runOnce(ctx)
 	if _, err := os.Stat(filepath.Join(root, "ns", "a", "east", "ns", "inv.json")); err != nil {
@@ -395,12 +396,12 @@ func TestReviewIdleEventSinkKeepsTheStream(t *testing.T) {
 	}
 	inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv"}
 	h := &reviewHost{inv: inv, obj: obj, interval: DefaultInterval, maxAge: time.Hour}
-	v := newView(func() string { return "1" })
+	v := newItemSet(func() string { return "1" })
 	const n = 1000
 	for i := range n {
 		v.upsert(exported(reviewItem(strconv.Itoa(i), "uid-"+strconv.Itoa(i), "1", "h"+strconv.Itoa(i))))
 	}
-	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "events"}, v)
+	e := newExporter(h, exporterKey{inv: plumbing.InventoryKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "events"}, v)
 	defer func() { e.sub.close(); e.closeClient() }()
 	msgs := func() uint64 {
 		info, err := st.Info(ctx)
@@ -439,13 +440,13 @@ func TestReviewStaleApplyAfterCleanupResurrectsRows(t *testing.T) {
 	a, ds := reviewPostgres(ctx, t)
 	inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "gone"}
 
-	vA := newView(func() string { return "10" })
+	vA := newItemSet(func() string { return "10" })
 	sA := vA.subscribe()
 	vA.upsert(exported(reviewItem("x", "uid-x", "10", "hx")))
 	stale := sA.take(true) // A (epoch 5) holds its first batch, paused
 
 	// B (epoch 6) exports, then the inventory is deleted and B cleans up.
-	vB := newView(func() string { return "11" })
+	vB := newItemSet(func() string { return "11" })
 	sB := vB.subscribe()
 	vB.upsert(exported(reviewItem("x", "uid-x", "11", "hx2")))
 	if err := exportOnce(ctx, a, sB, inv, false, 6); err != nil {
@@ -501,8 +502,8 @@ func TestReviewReselectedItemIsRestated(t *testing.T) {
 	inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv"}
 	path := sink.InventoryPath(inv)
 	h := &reviewHost{inv: inv, obj: obj, maxAge: time.Hour} // interval 0s: no anti-drift resync
-	v := newView(func() string { return "" })
-	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "events"}, v)
+	v := newItemSet(func() string { return "" })
+	e := newExporter(h, exporterKey{inv: plumbing.InventoryKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyEvent, namespace: "ns", name: "events"}, v)
 	defer func() { e.sub.close(); e.closeClient() }()
 	run := func(what string) {
 		t.Helper()
@@ -587,9 +588,9 @@ func TestReviewSecretNamingAnotherDatabaseGetsEverything(t *testing.T) {
 	}
 	inv := sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv"}
 	h := &reviewHost{inv: inv, obj: obj, secret: sink.Secret{"dsn": []byte(reviewDSN())}, secretVersion: "1", maxAge: time.Nanosecond}
-	v := newView(func() string { return "1" })
+	v := newItemSet(func() string { return "1" })
 	v.upsert(exported(reviewItem("x", "uid-x", "1", "hx")))
-	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyDatabase, namespace: "ns", name: "db"}, v)
+	e := newExporter(h, exporterKey{inv: plumbing.InventoryKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyDatabase, namespace: "ns", name: "db"}, v)
 	defer func() { e.sub.close(); e.closeClient() }()
 	e.runOnce(ctx)
 
@@ -623,7 +624,7 @@ func TestReviewRebuiltFileClientLeavesTheDocument(t *testing.T) {
 	ctx := reviewCtx(t)
 	h, v := spreadHost(t, 30*time.Second, 30*time.Second)
 	h.maxAge = time.Nanosecond
-	e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
+	e := newExporter(h, exporterKey{inv: plumbing.InventoryKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
 	defer func() { e.sub.close(); e.closeClient() }()
 	e.runOnce(ctx)
 	doc := filepath.Join(h.root, "ns", "a", "east", "ns", "inv.json")

@@ -6,12 +6,22 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
 	applyv1alpha1 "kollect.dev/kollect/pkg/generated/applyconfiguration/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/generated/clientset/versioned"
 )
+
+// sinkKey names a sink object.
+type sinkKey struct {
+	family          v1alpha1.SinkFamily
+	namespace, name string
+}
+
+// kind is the sink's kind: SnapshotSink, DatabaseSink or EventSink.
+func (k sinkKey) kind() string { return string(k.family) + "Sink" }
 
 // sinkObject is a sink of any family, read once through the one switch
 // over the three kinds: the controller and the exporters use its fields
@@ -94,4 +104,47 @@ func applySinkStatus(ctx context.Context, kc versioned.Interface, key sinkKey, s
 		_, err = api.EventSinks(key.namespace).ApplyStatus(ctx, applyv1alpha1.EventSink(key.name, key.namespace).WithStatus(status), opts)
 	}
 	return err
+}
+
+// allSinks lists every sink of the three families from the caches.
+func (c *Controller) allSinks() []*sinkObject {
+	ss, _ := c.snapshotSinks.List(labels.Everything())
+	ds, _ := c.databaseSinks.List(labels.Everything())
+	es, _ := c.eventSinks.List(labels.Everything())
+	out := make([]*sinkObject, 0, len(ss)+len(ds)+len(es))
+	add := func(obj metav1.Object) {
+		if o, err := sinkObjectOf(obj); err == nil {
+			out = append(out, o)
+		}
+	}
+	for _, o := range ss {
+		add(o)
+	}
+	for _, o := range ds {
+		add(o)
+	}
+	for _, o := range es {
+		add(o)
+	}
+	return out
+}
+
+// everySink calls f for every sink in the caches once per period, until
+// ctx is done.
+func (c *Controller) everySink(ctx context.Context, period time.Duration, f func(key sinkKey, obj *sinkObject)) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, obj := range c.allSinks() {
+			if ctx.Err() != nil {
+				return
+			}
+			f(sinkKey{family: obj.family, namespace: obj.GetNamespace(), name: obj.GetName()}, obj)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 )
 
 // Exporters created together spread their first re-export over the
@@ -27,9 +28,9 @@ func TestReexportsSpreadOverThePeriod(t *testing.T) {
 		name := fmt.Sprintf("inv-%03d", i)
 		h := &reviewHost{inv: sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: name},
 			obj: obj, root: root, maxAge: time.Hour, interval: interval, watchdog: watchdog, echo: true}
-		v := newView(func() string { return "1" })
+		v := newItemSet(func() string { return "1" })
 		v.upsert(exported(reviewItem("x", "uid-x-"+name, "1", "hx")))
-		e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: name}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
+		e := newExporter(h, exporterKey{inv: plumbing.InventoryKey{Namespace: "ns", Name: name}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
 		t.Cleanup(func() { e.sub.close(); e.closeClient() })
 		e.runOnce(ctx)
 		if len(h.entries) != 1 || h.entries[0].Outcome != v1alpha1.OutcomeExported {
@@ -113,19 +114,19 @@ func reviewFileSink(t *testing.T) *sinkObject {
 
 // spreadHost is a file-sink host at interval that echoes its last entry
 // (as the informer would), with one item in view.
-func spreadHost(t *testing.T, interval, watchdog time.Duration) (*reviewHost, *view) {
+func spreadHost(t *testing.T, interval, watchdog time.Duration) (*reviewHost, *itemSet) {
 	h := &reviewHost{inv: sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: "inv"},
 		obj: reviewFileSink(t), root: t.TempDir(), maxAge: time.Hour, interval: interval, watchdog: watchdog, echo: true}
-	v := newView(func() string { return "1" })
+	v := newItemSet(func() string { return "1" })
 	v.upsert(exported(reviewItem("x", "uid-x", "1", "hx")))
 	return h, v
 }
 
 // spreadExporter is an exporter on h whose share lies in [lo, hi].
-func spreadExporter(t *testing.T, h *reviewHost, v *view, lo, hi float64) *exporter {
+func spreadExporter(t *testing.T, h *reviewHost, v *itemSet, lo, hi float64) *exporter {
 	t.Helper()
 	for i := range 10000 {
-		k := exporterKey{inv: invKey{Namespace: "ns", Name: fmt.Sprintf("inv-%d", i)}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}
+		k := exporterKey{inv: plumbing.InventoryKey{Namespace: "ns", Name: fmt.Sprintf("inv-%d", i)}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}
 		if s := spreadOf(k); s >= lo && s <= hi {
 			e := newExporter(h, k, v)
 			t.Cleanup(func() { e.sub.close(); e.closeClient() })
@@ -141,7 +142,7 @@ func spreadExporter(t *testing.T, h *reviewHost, v *view, lo, hi float64) *expor
 func TestSpreadOfKeysDifferingAtTheEnd(t *testing.T) {
 	seconds := map[int]int{}
 	for i := range 100 {
-		k := exporterKey{inv: invKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyDatabase, namespace: "ns", name: fmt.Sprintf("sink-%02d", i)}
+		k := exporterKey{inv: plumbing.InventoryKey{Namespace: "ns", Name: "inv"}, family: v1alpha1.SinkFamilyDatabase, namespace: "ns", name: fmt.Sprintf("sink-%02d", i)}
 		seconds[int(spreadOf(k)*30)]++
 	}
 	// 100 uniform draws over 30 slots leave about 1.1 empty.
@@ -234,9 +235,9 @@ func TestWatchdogRefreshSmallShares(t *testing.T) {
 		name := fmt.Sprintf("inv-%03d", i)
 		h := &reviewHost{inv: sink.Inventory{Cluster: "east", Kind: "Inventory", Namespace: "ns", Name: name},
 			obj: obj, root: root, maxAge: time.Hour, watchdog: watchdog, echo: true}
-		v := newView(func() string { return "1" })
+		v := newItemSet(func() string { return "1" })
 		v.upsert(exported(reviewItem("x", "uid-x-"+name, "1", "hx")))
-		e := newExporter(h, exporterKey{inv: invKey{Namespace: "ns", Name: name}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
+		e := newExporter(h, exporterKey{inv: plumbing.InventoryKey{Namespace: "ns", Name: name}, family: v1alpha1.SinkFamilySnapshot, namespace: "ns", name: "files"}, v)
 		e.runOnce(ctx)
 		share := time.Duration(e.spread * float64(watchdog))
 		// The watchdog's wake-up, one period after the export's report.

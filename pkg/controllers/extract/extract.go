@@ -22,12 +22,11 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 	"kollect.dev/kollect/pkg/expression"
 )
 
 const (
-	// Redacted replaces Secret values and scrubbed keys.
-	Redacted = "REDACTED"
 	// LastAppliedAnnotation is the annotation kubectl apply keeps the whole
 	// previous configuration in (Secret values included).
 	LastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
@@ -261,7 +260,7 @@ func isSecretObject(obj map[string]any) bool {
 }
 
 // redactSecret returns a copy of a Secret whose data and stringData values
-// are Redacted (the keys stay: which keys exist is useful inventory) and
+// are plumbing.Redacted (the keys stay: which keys exist is useful inventory) and
 // without the last-applied annotation. The input is not modified.
 func redactSecret(obj map[string]any) map[string]any {
 	out := make(map[string]any, len(obj))
@@ -275,7 +274,7 @@ func redactSecret(obj map[string]any) map[string]any {
 		}
 		redacted := make(map[string]any, len(values))
 		for k := range values {
-			redacted[k] = Redacted
+			redacted[k] = plumbing.Redacted
 		}
 		out[field] = redacted
 	}
@@ -318,7 +317,7 @@ func scrub(v any, keys sets.Set[string]) {
 	case map[string]any:
 		for k, child := range t {
 			if keys.Has(k) {
-				t[k] = Redacted
+				t[k] = plumbing.Redacted
 				continue
 			}
 			scrub(child, keys)

@@ -46,6 +46,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	ctrlplumbing "kollect.dev/kollect/pkg/controllers/plumbing" // go-git has a plumbing package too
 	"kollect.dev/kollect/pkg/netguard"
 )
 
@@ -226,11 +227,11 @@ func parseEndpoint(endpoint string) (*url.URL, error) {
 	switch u.Scheme {
 	case "https", "http", "ssh":
 		if u.Host == "" {
-			return nil, fmt.Errorf("git sink: endpoint %s has no host: %w", u.Redacted(), sink.ErrPermanent)
+			return nil, fmt.Errorf("git sink: endpoint %s has no host: %w", ctrlplumbing.RedactURL(u), sink.ErrPermanent)
 		}
 	case "file":
 		if u.Host != "" || !path.IsAbs(u.Path) {
-			return nil, fmt.Errorf("git sink: endpoint %s must be file:///absolute/path: %w", u.Redacted(), sink.ErrPermanent)
+			return nil, fmt.Errorf("git sink: endpoint %s must be file:///absolute/path: %w", ctrlplumbing.RedactURL(u), sink.ErrPermanent)
 		}
 	default:
 		return nil, fmt.Errorf("git sink: endpoint must be https://, ssh:// or file://: %w", sink.ErrPermanent)
@@ -238,7 +239,7 @@ func parseEndpoint(endpoint string) (*url.URL, error) {
 	// Credentials belong in the Secret, where they stay out of status,
 	// events and the clone's config.
 	if _, hasPassword := u.User.Password(); hasPassword {
-		return nil, fmt.Errorf("git sink: endpoint %s holds a password; use the Secret: %w", u.Redacted(), sink.ErrPermanent)
+		return nil, fmt.Errorf("git sink: endpoint %s holds a password; use the Secret: %w", ctrlplumbing.RedactURL(u), sink.ErrPermanent)
 	}
 	return u, nil
 }
@@ -846,17 +847,6 @@ func (s *Sink) Close() error {
 	return err
 }
 
-// scrubbedError carries an error's message with the credentials replaced.
-// It does not wrap the original, which could still hold them; it keeps
-// only the sentinels callers classify errors by.
-type scrubbedError struct {
-	msg   string
-	kinds []error
-}
-
-func (e *scrubbedError) Error() string   { return e.msg }
-func (e *scrubbedError) Unwrap() []error { return e.kinds }
-
 // permanentErrors are the failures retrying cannot fix: the remote refuses
 // the credentials or does not exist.
 var permanentErrors = []error{
@@ -866,13 +856,13 @@ var permanentErrors = []error{
 	transport.ErrRepositoryNotFound,
 }
 
-// scrub replaces every credential value in err's message (sink.RedactString) and
+// scrub replaces every credential value in err's message (plumbing.RedactString) and
 // keeps whether err is permanent or a context error.
 func (s *Sink) scrub(err error) error {
 	if err == nil {
 		return nil
 	}
-	msg := sink.RedactString(err.Error(), s.secrets)
+	msg := ctrlplumbing.RedactString(err.Error(), s.secrets)
 	var kinds []error
 	permanent := errors.Is(err, sink.ErrPermanent) ||
 		// x/crypto/ssh/knownhosts errors: the host key is unknown or changed.
@@ -893,5 +883,7 @@ func (s *Sink) scrub(err error) error {
 			kinds = append(kinds, k)
 		}
 	}
-	return &scrubbedError{msg: msg, kinds: kinds}
+	// Not the original, which could still hold the credentials: only
+	// the sentinels callers classify errors by.
+	return ctrlplumbing.RedactedError(msg, kinds...)
 }

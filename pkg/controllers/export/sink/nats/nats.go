@@ -33,6 +33,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 	"kollect.dev/kollect/pkg/netguard"
 )
 
@@ -488,9 +489,9 @@ func secretValues(secret sink.Secret) []string {
 	return out
 }
 
-// scrub replaces secret values in err's message (see sink.Redact) and
+// scrub replaces secret values in err's message (see plumbing.Redact) and
 // keeps its class (sink.Classify) for the exporter.
-func (s *Sink) scrub(err error) error { return sink.WithOutcome(sink.Redact(err, s.secrets), err) }
+func (s *Sink) scrub(err error) error { return sink.WithOutcome(plumbing.Redact(err, s.secrets), err) }
 
 // recordingDialer is nats.go's CustomDialer: the guarded dialer, keeping
 // the last error.

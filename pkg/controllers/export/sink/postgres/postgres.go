@@ -75,6 +75,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 	"kollect.dev/kollect/pkg/netguard"
 )
 
@@ -745,26 +746,17 @@ func (s *Sink) addSecrets(values ...string) {
 // it. It keeps sink.ErrPermanent, sink.ErrFenced and context errors for
 // errors.Is.
 func (s *Sink) wrap(op string, err error) error {
-	msg := sink.RedactString(op+": "+err.Error(), s.secrets)
-	e := &scrubbedError{msg: msg, causes: []error{classify(err)}}
+	causes := []error{classify(err)}
 	if errors.Is(err, sink.ErrPermanent) || isAuthFailure(err) {
-		e.causes = append(e.causes, sink.ErrPermanent)
+		causes = append(causes, sink.ErrPermanent)
 	}
 	for _, sentinel := range []error{sink.ErrFenced, context.Canceled, context.DeadlineExceeded} {
 		if errors.Is(err, sentinel) {
-			e.causes = append(e.causes, sentinel)
+			causes = append(causes, sentinel)
 		}
 	}
-	return e
+	return plumbing.RedactedError(plumbing.RedactString(op+": "+err.Error(), s.secrets), causes...)
 }
-
-type scrubbedError struct {
-	msg    string
-	causes []error
-}
-
-func (e *scrubbedError) Error() string   { return e.msg }
-func (e *scrubbedError) Unwrap() []error { return e.causes }
 
 // classify is the class of a failure: a rejected credential, another
 // answer of the server (by its SQLSTATE code, never its text), else what

@@ -34,6 +34,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 	"kollect.dev/kollect/pkg/netguard"
 )
 
@@ -377,7 +378,7 @@ func (s *Sink) describeStatus(resp *http.Response) string {
 			return ' '
 		}
 		return r
-	}, strings.TrimSpace(sink.RedactString(string(b), s.secrets)))
+	}, strings.TrimSpace(plumbing.RedactString(string(b), s.secrets)))
 	if len(text) > maxBodyInError {
 		cut := maxBodyInError
 		for cut > 0 && !utf8.RuneStart(text[cut]) {
@@ -435,6 +436,6 @@ func secretValues(secret sink.Secret) []string {
 	return out
 }
 
-// scrub replaces secret values in err's message (see sink.Redact) and
+// scrub replaces secret values in err's message (see plumbing.Redact) and
 // keeps its class (sink.Classify) for the exporter.
-func (s *Sink) scrub(err error) error { return sink.WithOutcome(sink.Redact(err, s.secrets), err) }
+func (s *Sink) scrub(err error) error { return sink.WithOutcome(plumbing.Redact(err, s.secrets), err) }

@@ -23,6 +23,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 	"kollect.dev/kollect/pkg/netguard"
 )
 
@@ -570,7 +571,7 @@ func TestErrorsHideSecrets(t *testing.T) {
 			if strings.Contains(err.Error(), token) || strings.Contains(err.Error(), hmacKey) {
 				t.Errorf("error shows a secret: %v", err)
 			}
-			if !strings.Contains(err.Error(), "[redacted]") {
+			if !strings.Contains(err.Error(), plumbing.Redacted) {
 				t.Errorf("error lost the receiver's text: %v", err)
 			}
 			if tc.code != http.StatusServiceUnavailable && !errors.Is(err, sink.ErrPermanent) {

@@ -1,19 +1,23 @@
-package sink
+package plumbing
 
 import (
 	"encoding/json"
 	"errors"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 )
 
-// Redacted replaces a Secret's value wherever it would be shown.
-const Redacted = "[redacted]"
+// Redacted replaces a Secret's value wherever it would be shown: in items
+// (Secret data, a Profile's scrubKeys) and in the sinks' errors, which
+// status, Events and logs show. Items hold it, so it stays what they
+// always held.
+const Redacted = "REDACTED"
 
 // Redact returns err with every one of secrets replaced in its message, as
 // RedactString does. The result still answers errors.Is for what err
-// matched (ErrPermanent, context errors) but does not unwrap, so the
+// matched (sink.ErrPermanent, context errors) but does not unwrap, so the
 // original text cannot be reached.
 func Redact(err error, secrets []string) error {
 	if err == nil {
@@ -34,6 +38,22 @@ type redactedError struct {
 
 func (e *redactedError) Error() string        { return e.msg }
 func (e *redactedError) Is(target error) bool { return errors.Is(e.err, target) }
+
+// RedactedError returns an error with msg, which the caller redacted,
+// that unwraps to causes only: never to the error msg was made from,
+// whose other fields may still hold a secret. causes are what callers
+// classify errors by (sentinels, a class for errors.As).
+func RedactedError(msg string, causes ...error) error {
+	return &causedError{msg: msg, causes: causes}
+}
+
+type causedError struct {
+	msg    string
+	causes []error
+}
+
+func (e *causedError) Error() string   { return e.msg }
+func (e *causedError) Unwrap() []error { return e.causes }
 
 // minSecretPiece is the shortest value, and the shortest piece of one at
 // the end of a text, that RedactString replaces: shorter ones are too
@@ -74,4 +94,15 @@ func RedactString(text string, secrets []string) string {
 		}
 	}
 	return text
+}
+
+// RedactURL is u as a message may show it: a password is Redacted, where
+// url.URL.Redacted would show another placeholder.
+func RedactURL(u *url.URL) string {
+	if _, ok := u.User.Password(); !ok {
+		return u.String()
+	}
+	c := *u
+	c.User = url.UserPassword(u.User.Username(), Redacted)
+	return c.String()
 }

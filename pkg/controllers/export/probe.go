@@ -5,180 +5,36 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	metav1apply "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/klog/v2"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 	applyv1alpha1 "kollect.dev/kollect/pkg/generated/applyconfiguration/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/tenancy"
 )
 
-// sinkClient is a connected sink with what it was built from: a changed
-// sink spec, or age (the Secret is read again), builds a new one.
-type sinkClient struct {
-	*adapter
-
-	fingerprint string
-	builtAt     time.Time
-	secret      sink.Secret
-	// secretVersion is the Secret's resourceVersion ("" without one).
-	secretVersion string
-}
-
-// Close releases the sink's connections.
-func (s *sinkClient) Close() error {
-	if s == nil || s.adapter == nil {
-		return nil
-	}
-	return s.adapter.Close()
-}
-
-// scrub replaces every Secret value in msg: sinks scrub their own errors,
-// and this is the second line of defence for status, Events and logs.
-func (s *sinkClient) scrub(msg string) string {
-	if s == nil {
-		return msg
-	}
-	values := make([]string, 0, len(s.secret))
-	for _, v := range s.secret {
-		values = append(values, string(v))
-	}
-	return sink.RedactString(msg, values)
-}
-
-// ensureClient (re)builds the exporter's sink client when the sink's spec
-// changed, or when the Secret was last read long ago. What the sink is
-// owed does not depend on the client: nothing is forgotten here.
-func (e *exporter) ensureClient(ctx context.Context, cfg *resolved, set settings) error {
-	if e.client != nil && e.client.fingerprint == fingerprintOf(cfg.sink) && time.Since(e.client.builtAt) < set.clientMaxAge {
-		return nil
-	}
-	client, err := e.h.connect(ctx, cfg.sink)
-	if err != nil {
-		return err
-	}
-	if old := e.client; old != nil && old.fingerprint == client.fingerprint && old.secretVersion == client.secretVersion {
-		// Rebuilt by age, to the same destination: what the old client
-		// learned of it still holds.
-		if s, ok := client.Prober.(sink.Successor); ok {
-			s.Succeed(old.Prober)
-		}
-	}
-	e.closeClient()
-	e.client = client
-	if client.secretVersion != e.secretVersion {
-		if e.secretVersion != "" {
-			// A changed Secret may name another destination (a DSN):
-			// restate everything there, as after a spec change.
-			e.known, e.respec = false, true
-		}
-		e.secretVersion = client.secretVersion
-	}
-	return nil
-}
-
-// fingerprintOf identifies the sink spec a client was built from, so that
-// a spec edit rebuilds it at once; the Secret is re-read by age instead
-// (--sink-client-max-age), which keeps GETs of Secrets off the export path.
-func fingerprintOf(obj *sinkObject) string {
-	return string(obj.GetUID()) + "/" + fmt.Sprint(obj.GetGeneration())
-}
-
-// connect builds a sink client through its family's registry, with the
-// sink's Secret read on its requester's authority (readSecret).
-func (c *Controller) connect(ctx context.Context, obj *sinkObject) (*sinkClient, error) {
-	secret, version, err := c.readSecret(ctx, obj)
-	if err != nil {
-		return nil, err
-	}
-	out := &sinkClient{fingerprint: fingerprintOf(obj), builtAt: time.Now(), secret: secret, secretVersion: version}
-	out.adapter, err = obj.build(ctx, sink.Params{
-		Namespace:    obj.GetNamespace(),
-		UID:          string(obj.GetUID()),
-		Secret:       secret,
-		Dialer:       c.cfg.Dialer,
-		StateDir:     filepath.Join(c.cfg.StateDir, "git", string(obj.GetUID())),
-		FileSinkRoot: c.cfg.FileSinkRoot,
-		AllowLocal:   c.cfg.AllowLocalGitSinks,
-	})
-	if err != nil {
-		// The class survives the scrubbing: probes and status show it.
-		return nil, sink.WithOutcome(errors.New(out.scrub(err.Error())), err)
-	}
-	return out, nil
-}
-
-// sinkKey names a sink object.
-type sinkKey struct {
-	family          v1alpha1.SinkFamily
-	namespace, name string
-}
-
 // reprobeInterval is how often every sink's connection is tested again.
 const reprobeInterval = 10 * time.Minute
 
+// reprobeLoop queues every sink for a probe each reprobeInterval.
 func (c *Controller) reprobeLoop(ctx context.Context) {
-	t := time.NewTicker(reprobeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		for _, o := range c.allSinks() {
-			c.probes.Add(sinkKey{family: o.family, namespace: o.GetNamespace(), name: o.GetName()})
-		}
-	}
+	c.everySink(ctx, reprobeInterval, func(key sinkKey, _ *sinkObject) { c.probes.Add(key) })
 }
 
-// allSinks lists every sink of the three families from the caches.
-func (c *Controller) allSinks() []*sinkObject {
-	ss, _ := c.snapshotSinks.List(labels.Everything())
-	ds, _ := c.databaseSinks.List(labels.Everything())
-	es, _ := c.eventSinks.List(labels.Everything())
-	out := make([]*sinkObject, 0, len(ss)+len(ds)+len(es))
-	add := func(obj metav1.Object) {
-		if o, err := sinkObjectOf(obj); err == nil {
-			out = append(out, o)
-		}
-	}
-	for _, o := range ss {
-		add(o)
-	}
-	for _, o := range ds {
-		add(o)
-	}
-	for _, o := range es {
-		add(o)
-	}
-	return out
-}
-
-// processProbe tests one sink's connection and records the result in its status.
-func (c *Controller) processProbe(ctx context.Context) bool {
-	key, quit := c.probes.Get()
-	if quit {
-		return false
-	}
-	defer c.probes.Done(key)
-	c.probe(ctx, key)
-	c.probes.Forget(key)
-	return true
-}
-
-func (c *Controller) probe(ctx context.Context, key sinkKey) {
+// probe tests one sink's connection and records the result in its
+// status. It returns no error: a failed probe is the sink's status, and
+// the sink is probed again when it changes or every reprobeInterval.
+func (c *Controller) probe(ctx context.Context, key sinkKey) error {
 	obj, err := c.sinkObject(key)
 	if err != nil || obj.GetDeletionTimestamp() != nil {
-		return
+		return nil
 	}
 	start := time.Now()
 	client, err := c.connect(ctx, obj)
@@ -212,7 +68,7 @@ func (c *Controller) probe(ctx context.Context, key sinkKey) {
 	default:
 		cond.WithStatus(metav1.ConditionFalse).WithReason(v1alpha1.ReasonProbeFailed)
 	}
-	msg = truncate(strings.ToValidUTF8(msg, ""), 1024)
+	msg = plumbing.Truncate(strings.ToValidUTF8(msg, ""), 1024)
 	probe.WithMessage(msg)
 	cond.WithMessage(msg)
 	// Keep lastTransitionTime when Ready does not flip.
@@ -223,6 +79,7 @@ func (c *Controller) probe(ctx context.Context, key sinkKey) {
 	if aerr := applySinkStatus(ctx, c.kollect, key, status, "kollect-sink-prober"); aerr != nil && !apierrors.IsNotFound(aerr) && ctx.Err() == nil {
 		klog.FromContext(ctx).V(2).Info("Writing a probe result failed", "sink", key, "err", aerr)
 	}
+	return nil
 }
 
 // probeOutcome is what a probe shows: its class and a message built from

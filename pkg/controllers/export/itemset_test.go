@@ -29,11 +29,11 @@ func expectOps(t *testing.T, what string, b *batch, want string) {
 }
 
 // The owed changes survive failed deliveries: a deletion and an item
-// leaving the view while deliveries fail are still delivered afterwards
+// leaving the item set while deliveries fail are still delivered afterwards
 // (the bug of a receiver answering 400 for a while).
 func TestOwedChangesSurviveFailures(t *testing.T) {
 	rv := "10"
-	v := newView(func() string { return rv })
+	v := newItemSet(func() string { return rv })
 	s := v.subscribe()
 	v.upsert(exported(item("a", "ua", "1", "h1")))
 	v.upsert(exported(item("b", "ub", "2", "h2")))
@@ -64,7 +64,7 @@ func TestOwedChangesSurviveFailures(t *testing.T) {
 // An item deleted and recreated with the same content (a new UID) is a
 // delete of the old item and an upsert of the new one.
 func TestRecreateIsDeleteAndUpsert(t *testing.T) {
-	v := newView(func() string { return "" })
+	v := newItemSet(func() string { return "" })
 	s := v.subscribe()
 	v.upsert(exported(item("a", "u1", "1", "same")))
 	s.take(false)
@@ -76,7 +76,7 @@ func TestRecreateIsDeleteAndUpsert(t *testing.T) {
 // A change undone before delivery is owed nothing; a label edit (same
 // hash and UID) is not a change.
 func TestCancelledChanges(t *testing.T) {
-	v := newView(func() string { return "" })
+	v := newItemSet(func() string { return "" })
 	s := v.subscribe()
 	v.upsert(exported(item("a", "u1", "1", "h1")))
 	s.take(false)
@@ -89,10 +89,10 @@ func TestCancelledChanges(t *testing.T) {
 	expectOps(t, "created and deleted between runs", s.take(false), "")
 }
 
-// Two subscriptions of one view owe independently: one sink's delivery
+// Two subscriptions of one item set owe independently: one sink's delivery
 // does not acknowledge the other's.
 func TestSubscriptionsAreIndependent(t *testing.T) {
-	v := newView(func() string { return "" })
+	v := newItemSet(func() string { return "" })
 	s1, s2 := v.subscribe(), v.subscribe()
 	v.upsert(exported(item("a", "u1", "1", "h1")))
 	s1.take(false)
@@ -109,7 +109,7 @@ func TestSubscriptionsAreIndependent(t *testing.T) {
 // A full take returns the live set in key order with the checksum of
 // exactly that set.
 func TestFullTake(t *testing.T) {
-	v := newView(func() string { return "7" })
+	v := newItemSet(func() string { return "7" })
 	s := v.subscribe()
 	for _, n := range []string{"c", "a", "b"} {
 		v.upsert(exported(item(n, "u"+n, "1", "h"+n)))

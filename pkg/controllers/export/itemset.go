@@ -1,35 +1,35 @@
 package export
 
 import (
-	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
 
-	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/export/sink"
 )
 
-// view is one inventory's item set as the exporters see it: the items of
-// the targets it selects, keyed by sink.Item.Key(), with the checksum kept
-// up to date on every change. Each exporter holds a subscription: the
-// changes its sink is owed, recorded under the view's lock, so a run costs
-// O(changes) and nothing an exporter has not delivered can be forgotten.
-type view struct {
+// itemSet is one inventory's live items as the exporters see them: the
+// items of the targets it selects, keyed by sink.Item.Key(), with the
+// checksum kept up to date on every change. Each exporter holds a
+// subscription: the changes its sink is owed, recorded under the set's
+// lock (mu guards items, checksum, subs and every subscription's owed and
+// restate), so a run costs O(changes) and nothing an exporter has not
+// delivered can be forgotten.
+type itemSet struct {
 	// applied reports the resourceVersion up to which every item event
-	// has been applied to the views (the cursor a run may claim).
+	// has been applied to the item sets (the cursor a run may claim).
 	applied func() string
 
 	mu sync.Mutex
 	// items are the informers' entries: the item, its key and its digest,
-	// computed once per item version and shared by every view holding it.
+	// computed once per item version and shared by every set holding it.
 	items    map[string]*exportedItem
 	checksum sink.Checksum
 	subs     map[*subscription]struct{}
 }
 
-func newView(applied func() string) *view {
-	return &view{applied: applied, items: map[string]*exportedItem{}, subs: map[*subscription]struct{}{}}
+func newItemSet(applied func() string) *itemSet {
+	return &itemSet{applied: applied, items: map[string]*exportedItem{}, subs: map[*subscription]struct{}{}}
 }
 
 // material reports whether b differs from a in what sinks hold. A new
@@ -42,90 +42,90 @@ func material(a, b *sink.Item) bool {
 // upsert adds or replaces an item and tells the subscribers when its
 // content changed. A new resourceVersion with the same hash (a label edit)
 // updates the item without waking anyone.
-func (v *view) upsert(e *exportedItem) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	old := v.items[e.key]
-	v.items[e.key] = e
+func (set *itemSet) upsert(e *exportedItem) {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	old := set.items[e.key]
+	set.items[e.key] = e
 	if !material(old.itemOrNil(), e.item) {
 		return
 	}
 	if old != nil {
-		v.checksum.RemoveDigest(old.digest)
+		set.checksum.RemoveDigest(old.digest)
 	}
-	v.checksum.AddDigest(e.digest)
-	v.notifyLocked(e.key, old.itemOrNil(), "")
+	set.checksum.AddDigest(e.digest)
+	set.notifyLocked(e.key, old.itemOrNil(), "")
 }
 
 // remove deletes an item; last is its final state (the delete event's
 // object, whose resourceVersion is the deletion's), used for tombstones.
-func (v *view) remove(key string, last *sink.Item) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	old, ok := v.items[key]
+func (set *itemSet) remove(key string, last *sink.Item) {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	old, ok := set.items[key]
 	if !ok {
 		return
 	}
-	delete(v.items, key)
-	v.checksum.RemoveDigest(old.digest)
+	delete(set.items, key)
+	set.checksum.RemoveDigest(old.digest)
 	gone := ""
 	if last != nil && last.UID == old.item.UID {
 		gone = last.ResourceVersion
 	}
-	v.notifyLocked(key, old.item, gone)
+	set.notifyLocked(key, old.item, gone)
 }
 
-// replace makes the view hold exactly items (after the inventory's target
+// replace makes the set hold exactly items (after the inventory's target
 // selection changed) and notifies only the keys that changed. An item that
 // leaves and comes back unchanged would be published again under the id
 // of its first upsert, which receivers drop as a repeat: a selection change
 // makes the subscribers restate the whole set instead (a resync or diff).
-func (v *view) replace(items map[string]*exportedItem) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
+func (set *itemSet) replace(items map[string]*exportedItem) {
+	set.mu.Lock()
+	defer set.mu.Unlock()
 	changed := false
 	defer func() {
 		if changed {
-			for s := range v.subs {
+			for s := range set.subs {
 				s.restate = true
 				s.poke()
 			}
 		}
 	}()
-	if len(v.items) == 0 {
+	if len(set.items) == 0 {
 		// A first build: one allocation, not a map grown ten times over.
-		v.items = make(map[string]*exportedItem, len(items))
+		set.items = make(map[string]*exportedItem, len(items))
 	}
-	for key, old := range v.items {
+	for key, old := range set.items {
 		if _, ok := items[key]; !ok {
-			delete(v.items, key)
-			v.checksum.RemoveDigest(old.digest)
-			v.notifyLocked(key, old.item, "")
+			delete(set.items, key)
+			set.checksum.RemoveDigest(old.digest)
+			set.notifyLocked(key, old.item, "")
 			changed = true
 		}
 	}
 	for key, e := range items {
-		old := v.items[key]
-		v.items[key] = e
+		old := set.items[key]
+		set.items[key] = e
 		if material(old.itemOrNil(), e.item) {
 			if old != nil {
-				v.checksum.RemoveDigest(old.digest)
+				set.checksum.RemoveDigest(old.digest)
 			}
-			v.checksum.AddDigest(e.digest)
-			v.notifyLocked(key, old.itemOrNil(), "")
+			set.checksum.AddDigest(e.digest)
+			set.notifyLocked(key, old.itemOrNil(), "")
 			changed = true
 		}
 	}
 }
 
-func (v *view) notifyLocked(key string, before *sink.Item, gone string) {
-	for s := range v.subs {
+func (set *itemSet) notifyLocked(key string, before *sink.Item, gone string) {
+	for s := range set.subs {
 		s.oweLocked(key, before, gone)
 	}
 }
 
 // owed is what a sink is owed for one key: the sink holds before (nil:
-// nothing), and the view's current item (or its absence) is what it
+// nothing), and the set's current item (or its absence) is what it
 // must come to hold.
 type owed struct {
 	before *sink.Item
@@ -135,10 +135,10 @@ type owed struct {
 }
 
 // subscription is one exporter's account of what its sink is owed. It
-// lives under the view's lock; the exporter takes a batch, delivers it,
+// lives under the set's lock; the exporter takes a batch, delivers it,
 // and gives it back when the delivery failed.
 type subscription struct {
-	v    *view
+	set  *itemSet
 	owed map[string]owed
 	// restate: the sink must be brought to the whole live set, not sent
 	// deltas (the selection changed).
@@ -147,21 +147,21 @@ type subscription struct {
 	wake chan struct{}
 }
 
-func (v *view) subscribe() *subscription {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	s := &subscription{v: v, owed: map[string]owed{}, wake: make(chan struct{}, 1)}
-	v.subs[s] = struct{}{}
+func (set *itemSet) subscribe() *subscription {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	s := &subscription{set: set, owed: map[string]owed{}, wake: make(chan struct{}, 1)}
+	set.subs[s] = struct{}{}
 	return s
 }
 
 func (s *subscription) close() {
-	s.v.mu.Lock()
-	defer s.v.mu.Unlock()
-	delete(s.v.subs, s)
+	s.set.mu.Lock()
+	defer s.set.mu.Unlock()
+	delete(s.set.subs, s)
 }
 
-// oweLocked records a change of key (view lock held). The first "before"
+// oweLocked records a change of key (set lock held). The first "before"
 // since the sink last acknowledged the key is kept: it is what the sink holds.
 func (s *subscription) oweLocked(key string, before *sink.Item, gone string) {
 	o, ok := s.owed[key]
@@ -183,7 +183,7 @@ func (s *subscription) poke() {
 	}
 }
 
-// summary is a consistent read of the view for a decision.
+// summary is a consistent read of the set for a decision.
 type summary struct {
 	checksum string
 	count    int
@@ -192,13 +192,13 @@ type summary struct {
 }
 
 func (s *subscription) peek() summary {
-	s.v.mu.Lock()
-	defer s.v.mu.Unlock()
-	return summary{checksum: s.v.checksum.String(), count: len(s.v.items), owed: len(s.owed), restate: s.restate}
+	s.set.mu.Lock()
+	defer s.set.mu.Unlock()
+	return summary{checksum: s.set.checksum.String(), count: len(s.set.items), owed: len(s.owed), restate: s.restate}
 }
 
 // batch is what one run delivers: the changes owed when it was taken,
-// computed against the view at that instant, and optionally the whole
+// computed against the set at that instant, and optionally the whole
 // live set of that same instant.
 type batch struct {
 	// cursor: every item change up to this resourceVersion is in this
@@ -221,24 +221,24 @@ type batch struct {
 // take hands the owed changes to a run, or, with full, the live set (the
 // owed changes stay in the batch, to be given back on failure).
 func (s *subscription) take(full bool) *batch {
-	s.v.mu.Lock()
-	b := &batch{cursor: s.v.applied(), checksum: s.v.checksum.String(), count: len(s.v.items), owed: s.owed, restate: s.restate}
+	s.set.mu.Lock()
+	b := &batch{cursor: s.set.applied(), checksum: s.set.checksum.String(), count: len(s.set.items), owed: s.owed, restate: s.restate}
 	s.owed, s.restate = map[string]owed{}, false
 	// The map's keys are the items' keys: sorting by them spares building
 	// a key string per comparison.
 	var sorted []keyedItem
 	if full {
-		sorted = make([]keyedItem, 0, len(s.v.items))
-		for key, e := range s.v.items {
+		sorted = make([]keyedItem, 0, len(s.set.items))
+		for key, e := range s.set.items {
 			sorted = append(sorted, keyedItem{key, e.item})
 		}
 	} else {
 		sorted = make([]keyedItem, 0, len(b.owed))
 		for key := range b.owed {
-			sorted = append(sorted, keyedItem{key, s.v.items[key].itemOrNil()})
+			sorted = append(sorted, keyedItem{key, s.set.items[key].itemOrNil()})
 		}
 	}
-	s.v.mu.Unlock()
+	s.set.mu.Unlock()
 
 	// Sorting and comparing happen outside the lock: items are immutable.
 	slices.SortFunc(sorted, func(a, c keyedItem) int { return strings.Compare(a.key, c.key) })
@@ -284,8 +284,8 @@ func owedChanges(o owed, cur *sink.Item) []sink.Change {
 // again. For a key that changed meanwhile the batch's "before" wins (the
 // sink may still hold it), with the deletion revision seen for it.
 func (s *subscription) giveBack(b *batch) {
-	s.v.mu.Lock()
-	defer s.v.mu.Unlock()
+	s.set.mu.Lock()
+	defer s.set.mu.Unlock()
 	for key, o := range b.owed {
 		if newer, ok := s.owed[key]; ok && o.gone == "" && newer.before != nil && o.before != nil && newer.before.UID == o.before.UID {
 			o.gone = newer.gone
@@ -296,47 +296,4 @@ func (s *subscription) giveBack(b *batch) {
 	if len(b.owed) > 0 || b.restate {
 		s.poke()
 	}
-}
-
-// itemOf converts a stored item to its exported form.
-func itemOf(meta itemMeta, source v1alpha1.ItemSource, attributes map[string]v1alpha1.Value, object *v1alpha1.Value, hash string) *sink.Item {
-	it := &sink.Item{
-		Namespace: meta.namespace,
-		Name:      meta.name,
-		Target:    meta.labels[v1alpha1.LabelTarget],
-		Profile:   meta.labels[v1alpha1.LabelProfile],
-		Source: sink.Source{
-			APIVersion: source.APIVersion,
-			Kind:       source.Kind,
-			Namespace:  source.Namespace,
-			Name:       source.Name,
-			UID:        string(source.UID),
-		},
-		Hash:            hash,
-		UID:             meta.uid,
-		ResourceVersion: meta.resourceVersion,
-	}
-	if len(attributes) > 0 {
-		// encoding/json sorts map keys: the same attributes give the same bytes.
-		if b, err := json.Marshal(attributes); err == nil {
-			it.Attributes = b
-		}
-	}
-	if object != nil && len(object.Raw) > 0 {
-		it.Object = json.RawMessage(object.Raw)
-	}
-	return it
-}
-
-type itemMeta struct {
-	namespace, name, uid, resourceVersion string
-	labels                                map[string]string
-}
-
-func fromItem(o *v1alpha1.InventoryItem) *sink.Item {
-	return itemOf(itemMeta{o.Namespace, o.Name, string(o.UID), o.ResourceVersion, o.Labels}, o.Source, o.Attributes, o.Object, o.Hash)
-}
-
-func fromClusterItem(o *v1alpha1.ClusterInventoryItem) *sink.Item {
-	return itemOf(itemMeta{"", o.Name, string(o.UID), o.ResourceVersion, o.Labels}, o.Source, o.Attributes, o.Object, o.Hash)
 }
