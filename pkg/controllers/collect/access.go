@@ -42,7 +42,7 @@ func (c *Collector) clusterLimits() (tenancy.Limits, string) {
 // is reported while it collects from the rest. An error means the
 // authorizer could not answer: the sync is retried, nothing changes.
 func (c *Collector) admit(ctx context.Context, v *targetObject, spec *targetSpec) (denied, partial *tenancy.Denial, err error) {
-	kind := v.key.kind()
+	kind := v.key.Kind()
 	if c.cfg.TenantMode && v.key.Cluster {
 		return tenancy.TenantModeDenial(kind), nil, nil
 	}

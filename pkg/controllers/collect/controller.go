@@ -63,14 +63,15 @@ import (
 	corev1listers "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/informers"
 	"kollect.dev/kollect/pkg/controllers/metrics"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 	"kollect.dev/kollect/pkg/controllers/source"
+	"kollect.dev/kollect/pkg/expression"
 	"kollect.dev/kollect/pkg/generated/clientset/versioned"
 	kollectinformers "kollect.dev/kollect/pkg/generated/informers/externalversions"
 	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
@@ -177,8 +178,7 @@ type Collector struct {
 	clusterScopeLister  kollectlisters.ClusterScopeLister
 	namespaces          corev1listers.NamespaceLister
 
-	events      events.EventBroadcaster
-	recorder    events.EventRecorder
+	events      *plumbing.EventRecorder
 	targetQueue workqueue.TypedRateLimitingInterface[targetKey]
 	objectQueue workqueue.TypedRateLimitingInterface[queuedObject]
 	statusQueue workqueue.TypedRateLimitingInterface[targetKey]
@@ -260,8 +260,7 @@ func New(cfg Config) (*Collector, error) {
 		listError: func(keys []targetKey) { c.queueStatuses(keys) },
 		gone:      func(keys []targetKey) { c.queueTargets(keys) },
 	})
-	c.events = events.NewBroadcaster(&events.EventSinkImpl{Interface: kube.EventsV1()})
-	c.recorder = c.events.NewRecorder(scheme, "kollect-collector")
+	c.events = plumbing.NewEventRecorder(kube, "kollect-collector")
 
 	// This server's kinds, in process when the server offers them.
 	c.kollectFactory = kollectinformers.NewSharedInformerFactory(kc, 0)
@@ -340,7 +339,7 @@ func (c *Collector) addHandlers() error {
 func (c *Collector) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("collector")
 	ctx = klog.NewContext(ctx, logger)
-	if err := c.events.StartRecordingToSinkWithContext(ctx); err != nil {
+	if err := c.events.Start(ctx); err != nil {
 		return err
 	}
 	defer c.events.Shutdown()
@@ -392,11 +391,13 @@ func (c *Collector) Run(ctx context.Context) error {
 			wg.Go(f)
 		}
 	}
-	run(2, func() { processQueue(ctx, c.targetQueue, "Target", c.syncTarget) })
-	run(c.workers, func() {
-		processQueue(ctx, c.objectQueue, "Object", func(ctx context.Context, k queuedObject) error { return c.syncObject(ctx, k.key()) })
-	})
-	run(2, func() { processQueue(ctx, c.statusQueue, "Status", c.syncStatus) })
+	targets := &plumbing.Worker[targetKey]{Queue: c.targetQueue, Sync: c.syncTarget, Kind: named[targetKey]("Target"), Waits: waits, LogLevel: 2}
+	objects := &plumbing.Worker[queuedObject]{Queue: c.objectQueue, Kind: named[queuedObject]("Object"), Waits: waits, LogLevel: 2,
+		Sync: func(ctx context.Context, k queuedObject) error { return c.syncObject(ctx, k.key()) }}
+	statuses := &plumbing.Worker[targetKey]{Queue: c.statusQueue, Sync: c.syncStatus, Kind: named[targetKey]("Status"), Waits: waits, LogLevel: 2}
+	run(2, func() { targets.Run(ctx) })
+	run(c.workers, func() { objects.Run(ctx) })
+	run(2, func() { statuses.Run(ctx) })
 	run(1, func() { c.watchItems(ctx, c.itemStore, false, itemsFrom) })
 	run(1, func() { c.watchItems(ctx, c.clusterItemStore, true, clusterItemsFrom) })
 	run(1, func() { c.resyncLoop(ctx) })
@@ -404,6 +405,19 @@ func (c *Collector) Run(ctx context.Context) error {
 	<-ctx.Done()
 	return nil
 }
+
+// waits are the errors that are not a key's failure: a Profile the server
+// could not check is tried again within 5 to 10 s (the queue's backoff
+// would leave the target uncollected for minutes after the checker is
+// free again; jittered, so that targets refused together do not come back
+// together), and a write waiting for the lease after a second.
+var waits = []plumbing.Wait{
+	{Err: expression.ErrCheckerUnavailable, Delay: 5 * time.Second, Jitter: 1, Counted: true},
+	{Err: errLeaseUnconfirmed, Delay: time.Second},
+}
+
+// named labels a queue's failures with the queue's kind.
+func named[K comparable](kind string) func(K) string { return func(K) string { return kind } }
 
 // holding tells whether item writes may go ahead (Config.Holding).
 func (c *Collector) holding() bool { return c.cfg.Holding == nil || c.cfg.Holding() }

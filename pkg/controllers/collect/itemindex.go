@@ -292,7 +292,7 @@ func (x *itemIndex) remove(key targetKey) (hadItems bool) {
 // indexLocked records a stored item.
 func (x *itemIndex) indexLocked(t *indexed, name string, e *itemEntry) {
 	if _, ok := t.items[name]; !ok {
-		metrics.Items.WithLabelValues(t.key.itemKind()).Inc()
+		metrics.Items.WithLabelValues(t.key.ItemKind()).Inc()
 		x.countItemLocked(t, 1)
 	}
 	t.items[name] = e
@@ -306,14 +306,14 @@ func (x *itemIndex) unindexLocked(t *indexed, name string) {
 		if t.byObject[e.objKey] == name {
 			delete(t.byObject, e.objKey)
 		}
-		metrics.Items.WithLabelValues(t.key.itemKind()).Dec()
+		metrics.Items.WithLabelValues(t.key.ItemKind()).Dec()
 		x.countItemLocked(t, -1)
 		t.lastChange = time.Now()
 	}
 }
 
 func (x *itemIndex) unindexAllLocked(t *indexed) {
-	metrics.Items.WithLabelValues(t.key.itemKind()).Add(-float64(len(t.items)))
+	metrics.Items.WithLabelValues(t.key.ItemKind()).Add(-float64(len(t.items)))
 	x.countItemLocked(t, -int64(len(t.items)))
 	t.items, t.byObject = map[string]*itemEntry{}, map[string]string{}
 }

@@ -54,15 +54,6 @@ const (
 	overSize
 )
 
-// quotaScope names the quota a target's items count against: its
-// namespace, or "" for ClusterTargets.
-func (k targetKey) quotaScope() string {
-	if k.Cluster {
-		return ""
-	}
-	return k.Namespace
-}
-
 // itemQuotas reads a target's quotas from the Scopes of its namespace (the
 // ClusterScopes for a ClusterTarget) and the server's defaults.
 func (c *Collector) itemQuotas(key targetKey) tenancy.QuotaSet {
@@ -110,7 +101,7 @@ func (x *itemIndex) hasRoom(t *indexed) bool {
 }
 
 func (x *itemIndex) hasRoomLocked(t *indexed) bool {
-	u := x.usageLocked(t.key.quotaScope())
+	u := x.usageLocked(t.key.ItemNamespace())
 	return t.quota.Items.Allows(u.items + u.pending + 1)
 }
 
@@ -124,7 +115,7 @@ func (x *itemIndex) reserve(t *indexed, objKey string) bool {
 	if !x.hasRoomLocked(t) {
 		return false
 	}
-	x.usageLocked(t.key.quotaScope()).pending++
+	x.usageLocked(t.key.ItemNamespace()).pending++
 	if x.setOverQuotaLocked(t, objKey, 0) {
 		x.report(t.key)
 	}
@@ -134,14 +125,14 @@ func (x *itemIndex) reserve(t *indexed, objKey string) bool {
 // commitLocked gives back a place reserve took once its item is indexed,
 // and so counted.
 func (x *itemIndex) commitLocked(t *indexed) {
-	x.usageLocked(t.key.quotaScope()).pending--
+	x.usageLocked(t.key.ItemNamespace()).pending--
 }
 
 // releaseLocked gives back a place reserve took for an item not written
 // after all: the place is free again, for whoever waits. The object that
 // took it retries on its own, competing with them.
 func (x *itemIndex) releaseLocked(t *indexed) {
-	scope := t.key.quotaScope()
+	scope := t.key.ItemNamespace()
 	u := x.usageLocked(scope)
 	u.pending--
 	if u.waiting > 0 {
@@ -155,7 +146,7 @@ func (x *itemIndex) countItemLocked(t *indexed, delta int64) {
 	if delta == 0 {
 		return
 	}
-	scope := t.key.quotaScope()
+	scope := t.key.ItemNamespace()
 	u := x.usageLocked(scope)
 	u.items += delta
 	if delta < 0 && u.waiting > 0 {
@@ -169,7 +160,7 @@ func (x *itemIndex) countItemLocked(t *indexed, delta int64) {
 func (x *itemIndex) wakeWaitingLocked(scope string, u *quotaUsage) {
 	free, known := int64(0), false
 	for _, t := range x.targets {
-		if t.key.quotaScope() != scope || !t.collecting || len(t.overQuota) == 0 {
+		if t.key.ItemNamespace() != scope || !t.collecting || len(t.overQuota) == 0 {
 			continue
 		}
 		if !known {
@@ -206,7 +197,7 @@ func (x *itemIndex) setOverQuotaLocked(t *indexed, objKey string, why overQuota)
 	if old == why || (!had && why == 0) {
 		return false
 	}
-	u := x.usageLocked(t.key.quotaScope())
+	u := x.usageLocked(t.key.ItemNamespace())
 	if old == overCount {
 		u.waiting--
 	}
@@ -250,7 +241,7 @@ func (x *itemIndex) quotaReportLocked(t *indexed) (int64, string) {
 			holders = "the ClusterTargets"
 		}
 		msg = fmt.Sprintf("%s not collected: %s hold %d items and the limit is %d, the %s; they are collected as places free (items deleted, the limit raised)",
-			objects(count), holders, x.usageLocked(t.key.quotaScope()).items, t.quota.Items.Limit, t.quota.Items.By)
+			objects(count), holders, x.usageLocked(t.key.ItemNamespace()).items, t.quota.Items.Limit, t.quota.Items.By)
 	}
 	if size > 0 {
 		if msg != "" {

@@ -6,36 +6,20 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 	applyv1alpha1 "kollect.dev/kollect/pkg/generated/applyconfiguration/kollect/v1alpha1"
 )
-
-// scheme is the Event recorder's; Events name Kollect objects through an
-// ObjectReference, which needs no scheme.
-var scheme = clientgoscheme.Scheme
-
-// maxEventNote is the longest note of an events.k8s.io Event (1 KiB).
-const maxEventNote = 1000
 
 // maxLastError bounds status.collection.lastError. An error can quote the
 // object (an expression that prints a map), and one over validation's
 // 4,096 bytes would make every status write of the target fail.
 const maxLastError = 1024
-
-// shorten cuts s to at most n bytes, on a character boundary.
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "")
-}
 
 // reportable says whether the collector has something to say about a
 // target: before its first walk the derived Pending says it all.
@@ -75,7 +59,7 @@ func (c *Collector) observation(key targetKey, t *target, inf *gvrInformer) (*v1
 	if obs.Reason == "" && t.partial != nil {
 		obs.Reason, obs.LastError = t.partial.Reason, t.partial.Message
 	}
-	obs.LastError = shorten(obs.LastError, maxLastError)
+	obs.LastError = shorten(obs.LastError)
 	var namespaces []string
 	if key.Cluster {
 		namespaces = c.matchedNamespaces(t.spec)
@@ -200,21 +184,16 @@ func (c *Collector) writeStatus(ctx context.Context, key targetKey, obs *v1alpha
 }
 
 // warn emits a Warning Event about a target in the host cluster, where
-// `kubectl describe` finds it. Events of ClusterTargets go to the default
-// namespace, as Kubernetes does for cluster-scoped objects.
+// `kubectl describe` finds it.
 func (c *Collector) warn(key targetKey, reason, note string) {
 	v, err := c.getTarget(key)
 	if err != nil || v == nil {
 		return
 	}
-	note = shorten(note, maxEventNote)
-	ref := &corev1.ObjectReference{
-		APIVersion:      v1alpha1.SchemeGroupVersion.String(),
-		Kind:            key.kind(),
-		Namespace:       key.Namespace,
-		Name:            key.Name,
-		UID:             v.uid,
-		ResourceVersion: v.resourceVersion,
-	}
-	c.recorder.Eventf(ref, nil, corev1.EventTypeWarning, reason, "Collect", "%s", note)
+	c.events.Warn(key.Reference(v.uid, v.resourceVersion), reason, "Collect", note)
+}
+
+// shorten cuts an error to what status.collection.lastError holds.
+func shorten(msg string) string {
+	return strings.ToValidUTF8(plumbing.Truncate(msg, maxLastError), "")
 }

@@ -86,7 +86,7 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) (err error) {
 		content, err = spec.extractor.Extract(ctx, object)
 	}
 	if err != nil {
-		metrics.ReconcileErrors.WithLabelValues(k.target.kind(), "extraction").Inc()
+		metrics.ReconcileErrors.WithLabelValues(k.target.Kind(), "extraction").Inc()
 		c.setFailure(t, objKey, fmt.Errorf("%s %s: %w", src.Kind, objKey, err))
 		retain = replace
 		return nil
@@ -210,7 +210,7 @@ func (c *Collector) setFailure(t *indexed, objKey string, err error) {
 	msg := ""
 	if err != nil {
 		// Kept for every failing object: cut as status shows it.
-		msg = shorten(err.Error(), maxLastError)
+		msg = shorten(err.Error())
 	}
 	if c.index.setFailure(t, objKey, msg) {
 		c.queueStatus(t.key)

@@ -49,7 +49,7 @@ func (c *Collector) syncTarget(ctx context.Context, key targetKey) error {
 	var partial *tenancy.Denial
 	switch {
 	case reason == kollect.ReasonProfileNotFound:
-		metrics.Resolved(key.kind(), "Profile", metrics.ResolutionNotFound)
+		metrics.Resolved(key.Kind(), "Profile", metrics.ResolutionNotFound)
 	case reason == "" && !v.suspend:
 		var denied *tenancy.Denial
 		if denied, partial, err = c.admit(ctx, v, spec); err != nil {

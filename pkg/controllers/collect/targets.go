@@ -12,6 +12,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/controllers/finalizers"
+	"kollect.dev/kollect/pkg/controllers/plumbing"
 	"kollect.dev/kollect/pkg/tenancy"
 )
 
@@ -19,35 +20,9 @@ import (
 // its items: no garbage collector runs on this API.
 const Finalizer = v1alpha1.ItemsFinalizer
 
-// targetKey names a Target (Cluster false) or a ClusterTarget.
-type targetKey struct {
-	Cluster   bool
-	Namespace string
-	Name      string
-}
-
-func (k targetKey) String() string {
-	if k.Cluster {
-		return "ClusterTarget " + k.Name
-	}
-	return "Target " + k.Namespace + "/" + k.Name
-}
-
-// kind is the Kollect kind of the target, for metrics and events.
-func (k targetKey) kind() string {
-	if k.Cluster {
-		return "ClusterTarget"
-	}
-	return "Target"
-}
-
-// itemKind is the kind of the items the target makes.
-func (k targetKey) itemKind() string {
-	if k.Cluster {
-		return "ClusterInventoryItem"
-	}
-	return "InventoryItem"
-}
+// targetKey names a Target (Cluster false) or a ClusterTarget: the key of
+// the target and status queues, and of every part's state.
+type targetKey = plumbing.TargetKey
 
 // targetObject is what the collector reads of a Target or ClusterTarget.
 type targetObject struct {
