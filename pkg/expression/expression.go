@@ -80,10 +80,22 @@ func (e *Expression) String() string { return e.path }
 // cost tracking, cel-go v0.26 spends time quadratic in the iterations of a
 // comprehension, so a loop over a list of 100,000 items can take seconds.
 func (e *Expression) Evaluate(ctx context.Context, obj map[string]any) (value any, found bool, err error) {
+	value, _, found, err = e.evaluate(ctx, obj)
+	return value, found, err
+}
+
+// EvaluateJSON is Evaluate, with the value as its JSON encoding: the size
+// check encodes it anyway.
+func (e *Expression) EvaluateJSON(ctx context.Context, obj map[string]any) (raw []byte, found bool, err error) {
+	_, raw, found, err = e.evaluate(ctx, obj)
+	return raw, found, err
+}
+
+func (e *Expression) evaluate(ctx context.Context, obj map[string]any) (value any, raw []byte, found bool, err error) {
 	// A fault on one object's data fails that object, not the server.
 	defer func() {
 		if r := recover(); r != nil {
-			value, found, err = nil, false, fmt.Errorf("evaluation failed: %v", r)
+			value, raw, found, err = nil, nil, false, fmt.Errorf("evaluation failed: %v", r)
 		}
 	}()
 	if e.cel != nil {
@@ -92,36 +104,37 @@ func (e *Expression) Evaluate(ctx context.Context, obj map[string]any) (value an
 		value, found, err = e.jsonPath.evaluate(obj)
 	}
 	if err != nil || !found {
-		return nil, false, err
+		return nil, nil, false, err
 	}
-	if err := checkSize(value); err != nil {
-		return nil, false, err
+	if raw, err = checkSize(value); err != nil {
+		return nil, nil, false, err
 	}
-	return value, true, nil
+	return value, raw, true, nil
 }
 
 // errValueTooLarge is returned when an evaluated value is too large to store.
 var errValueTooLarge = fmt.Errorf("the value is larger than %d KiB of JSON", MaxValueBytes/1024)
 
-func checkSize(value any) error {
+// checkSize returns the JSON of a value small enough to store.
+func checkSize(value any) ([]byte, error) {
 	// A value far too large (a list of the object's largest map, eight
 	// times) is refused before it is encoded: encoding it whole took
 	// longer than evaluating it.
 	n, deep := jsonSizeAtLeast(value, MaxValueBytes+1, 0)
 	if n > MaxValueBytes {
-		return errValueTooLarge
+		return nil, errValueTooLarge
 	}
 	if deep {
-		return errTooDeep
+		return nil, errTooDeep
 	}
 	raw, err := json.Marshal(value)
 	if err != nil {
-		return fmt.Errorf("the value cannot be encoded as JSON: %w", err)
+		return nil, fmt.Errorf("the value cannot be encoded as JSON: %w", err)
 	}
 	if len(raw) > MaxValueBytes {
-		return errValueTooLarge
+		return nil, errValueTooLarge
 	}
-	return nil
+	return raw, nil
 }
 
 // jsonSizeAtLeast returns a lower bound of the size of v's JSON encoding,

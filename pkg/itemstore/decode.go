@@ -38,106 +38,111 @@ func (s *Store) decode(ctx context.Context, key, stored []byte) (*record, error)
 	return r, nil
 }
 
-// readJSON reads a record of a v1alpha1 item in JSON. A field of the wrong
-// type is an error, as it is to the registry's decoder.
+// readJSON reads a record of a v1alpha1 item in JSON, in one pass that
+// skips the attributes. A field of the wrong type is an error, as it is to
+// the registry's decoder.
 func readJSON(data []byte) (*record, error) {
-	members, err := jsonscan.Document(data)
-	if err != nil {
-		return nil, err
-	}
 	r := &record{}
-	for _, mb := range members {
+	err := members(jsonscan.New(data), func(s *jsonscan.Scanner, key jsonscan.Span) error {
 		switch {
-		case jsonscan.KeyIs(data, mb.Key, "metadata"):
-			err = r.readMeta(data, mb.Value)
-		case jsonscan.KeyIs(data, mb.Key, "source"):
-			err = r.readSource(data, mb.Value)
-		case jsonscan.KeyIs(data, mb.Key, "hash"):
-			r.hash, err = str(data, mb.Value)
+		case jsonscan.KeyIs(data, key, "metadata"):
+			return members(s, r.metaField)
+		case jsonscan.KeyIs(data, key, "source"):
+			return members(s, r.sourceField)
+		case jsonscan.KeyIs(data, key, "hash"):
+			sp, err := s.Value()
+			if err == nil {
+				r.hash, err = str(data, sp)
+			}
+			return err
 		}
-		if err != nil {
-			return nil, err
-		}
-	}
-	return r, nil
+		return s.Skip()
+	})
+	return r, err
 }
 
-func (r *record) readMeta(data []byte, sp jsonscan.Span) error {
-	members, err := object(data, sp)
+// members calls field for every member of the object (or null) at the
+// scanner's position; field reads or skips the member's value.
+func members(s *jsonscan.Scanner, field func(s *jsonscan.Scanner, key jsonscan.Span) error) error {
+	if s.Peek() == 'n' {
+		_, err := s.Value()
+		return err
+	}
+	if err := s.Open('{'); err != nil {
+		return err
+	}
+	for first := true; ; first = false {
+		key, more, err := s.Member(first)
+		if err != nil || !more {
+			return err
+		}
+		if err := field(s, key); err != nil {
+			name, _ := jsonscan.Text(s.Bytes(), key)
+			return fmt.Errorf("%s: %w", name, err)
+		}
+	}
+}
+
+func (r *record) metaField(s *jsonscan.Scanner, key jsonscan.Span) error {
+	data := s.Bytes()
+	name, _ := jsonscan.Text(data, key)
+	switch name {
+	case "name", "namespace", "uid", "generation", "creationTimestamp", "labels":
+	default:
+		return s.Skip()
+	}
+	sp, err := s.Value()
 	if err != nil {
 		return err
 	}
-	for _, mb := range members {
-		name, _ := jsonscan.Text(data, mb.Key)
-		switch name {
-		case "name":
-			r.name, err = str(data, mb.Value)
-		case "namespace":
-			r.namespace, err = str(data, mb.Value)
-		case "uid":
-			var uid string
-			uid, err = str(data, mb.Value)
-			r.uid = types.UID(uid)
-		case "generation":
-			r.generation, err = integer(data, mb.Value)
-		case "creationTimestamp":
-			r.created, err = timestamp(data, mb.Value)
-		case "labels":
-			r.labels = nil
-			if data[mb.Value.Start] != 'n' {
-				if r.labels = jsonscan.StringMap(data, mb.Value); r.labels == nil {
-					err = fmt.Errorf("metadata.labels is not a map of strings")
-				}
+	switch name {
+	case "name":
+		r.name, err = str(data, sp)
+	case "namespace":
+		r.namespace, err = str(data, sp)
+	case "uid":
+		var uid string
+		uid, err = str(data, sp)
+		r.uid = types.UID(uid)
+	case "generation":
+		r.generation, err = integer(data, sp)
+	case "creationTimestamp":
+		r.created, err = timestamp(data, sp)
+	case "labels":
+		r.labels = nil
+		if data[sp.Start] != 'n' {
+			if r.labels = jsonscan.StringMap(data, sp); r.labels == nil {
+				err = fmt.Errorf("not a map of strings")
 			}
 		}
-		if err != nil {
-			return fmt.Errorf("metadata.%s: %w", name, err)
-		}
 	}
-	return nil
+	return err
 }
 
-func (r *record) readSource(data []byte, sp jsonscan.Span) error {
-	members, err := object(data, sp)
-	if err != nil {
-		return err
+func (r *record) sourceField(s *jsonscan.Scanner, key jsonscan.Span) error {
+	data := s.Bytes()
+	var field *string
+	switch name, _ := jsonscan.Text(data, key); name {
+	case "apiVersion":
+		field = &r.source.APIVersion
+	case "kind":
+		field = &r.source.Kind
+	case "namespace":
+		field = &r.source.Namespace
+	case "name":
+		field = &r.source.Name
+	case "uid":
+		field = (*string)(&r.source.UID)
+	case "resourceVersion":
+		field = &r.source.ResourceVersion
+	default:
+		return s.Skip()
 	}
-	for _, mb := range members {
-		name, _ := jsonscan.Text(data, mb.Key)
-		var v string
-		switch name {
-		case "apiVersion", "kind", "namespace", "name", "uid", "resourceVersion":
-			if v, err = str(data, mb.Value); err != nil {
-				return fmt.Errorf("source.%s: %w", name, err)
-			}
-		}
-		switch name {
-		case "apiVersion":
-			r.source.APIVersion = v
-		case "kind":
-			r.source.Kind = v
-		case "namespace":
-			r.source.Namespace = v
-		case "name":
-			r.source.Name = v
-		case "uid":
-			r.source.UID = types.UID(v)
-		case "resourceVersion":
-			r.source.ResourceVersion = v
-		}
+	sp, err := s.Value()
+	if err == nil {
+		*field, err = str(data, sp)
 	}
-	return nil
-}
-
-// object lists an object's members; null has none.
-func object(data []byte, sp jsonscan.Span) ([]jsonscan.Member, error) {
-	switch data[sp.Start] {
-	case 'n':
-		return nil, nil
-	case '{':
-		return jsonscan.Members(data, sp)
-	}
-	return nil, fmt.Errorf("not an object")
+	return err
 }
 
 // str reads a string; null is empty.

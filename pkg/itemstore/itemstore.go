@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -201,7 +202,7 @@ func (s *Store) Create(ctx context.Context, item *Item) (int64, error) {
 	}
 	resp, err := s.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, string(data))).
+		Then(clientv3.OpPut(key, unsafeString(data))).
 		Commit()
 	if err != nil {
 		return 0, storageError(err)
@@ -246,7 +247,7 @@ func (s *Store) Update(ctx context.Context, item *Item) (int64, error) {
 		}
 		txn, err := s.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
-			Then(clientv3.OpPut(key, string(data))).
+			Then(clientv3.OpPut(key, unsafeString(data))).
 			Else(clientv3.OpGet(key)).
 			Commit()
 		if err != nil {
@@ -388,6 +389,10 @@ func (s *Store) marshal(obj runtime.Object) ([]byte, error) {
 	}
 	return runtime.Encode(s.codec, obj)
 }
+
+// unsafeString is data as a string without a copy: OpPut copies its value
+// into bytes again, and data is not used after.
+func unsafeString(data []byte) string { return unsafe.String(unsafe.SliceData(data), len(data)) }
 
 // storageError maps etcd's errors to the API's, as the registry would.
 func storageError(err error) error {

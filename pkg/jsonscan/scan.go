@@ -354,7 +354,7 @@ func scanMembers(s *Scanner) ([]Member, *Scanner, error) {
 	if err := s.Open('{'); err != nil {
 		return nil, s, err
 	}
-	var out []Member
+	out := make([]Member, 0, 8)
 	for first := true; ; first = false {
 		key, more, err := s.Member(first)
 		if err != nil {

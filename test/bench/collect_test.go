@@ -90,7 +90,15 @@ func BenchmarkCollection(b *testing.B) {
 		b.Fatal(err)
 	}
 	failed := true
-	defer func() { _ = env.Stop(failed) }()
+	defer func() {
+		// KOLLECT_BENCH_KEEP keeps the processes' logs (GODEBUG=gctrace=1
+		// shows the heap of each in them).
+		keep := failed || os.Getenv("KOLLECT_BENCH_KEEP") != ""
+		if keep {
+			fmt.Fprintf(os.Stderr, "the state and logs of the run are in %s\n", env.Dir)
+		}
+		_ = env.Stop(keep)
+	}()
 	kube := env.Kube
 
 	var results []load.Result

@@ -187,6 +187,7 @@ type Collector struct {
 	targets   *targetSet
 	informers *informerSet
 	index     *itemIndex
+	walks     *walkFeeder
 
 	itemStore, clusterItemStore itemStore
 
@@ -254,6 +255,7 @@ func New(cfg Config) (*Collector, error) {
 		walkRequests:     make(chan struct{}, 1),
 	}
 	c.index = newItemIndex(c.queueObject, c.queueStatus)
+	c.walks = newWalkFeeder(c.objectQueue, workers)
 	c.informers = newInformerSet(hostJSON, cfg.Mapper, informerHandlers{
 		object:    c.objectEvent,
 		synced:    func(keys []targetKey) { c.queueTargets(keys) },
@@ -393,7 +395,10 @@ func (c *Collector) Run(ctx context.Context) error {
 	}
 	targets := &plumbing.Worker[targetKey]{Queue: c.targetQueue, Sync: c.syncTarget, Kind: named[targetKey]("Target"), Waits: waits, LogLevel: 2}
 	objects := &plumbing.Worker[queuedObject]{Queue: c.objectQueue, Kind: named[queuedObject]("Object"), Waits: waits, LogLevel: 2,
-		Sync: func(ctx context.Context, k queuedObject) error { return c.syncObject(ctx, k.key()) }}
+		Sync: func(ctx context.Context, k queuedObject) error {
+			defer c.walks.feed() // room for a walk's next object
+			return c.syncObject(ctx, k.key())
+		}}
 	statuses := &plumbing.Worker[targetKey]{Queue: c.statusQueue, Sync: c.syncStatus, Kind: named[targetKey]("Status"), Waits: waits, LogLevel: 2}
 	run(2, func() { targets.Run(ctx) })
 	run(c.workers, func() { objects.Run(ctx) })
@@ -500,9 +505,13 @@ func (c *Collector) namespaceEvent(obj any) {
 }
 
 // objectEvent queues (target, object) for every user of an informer that
-// may collect the object.
+// may collect the object. Until the informer has synced, the walk that
+// follows the sync syncs every object: the initial list is not queued.
 func (c *Collector) objectEvent(e *gvrInformer, obj any) {
 	metrics.CollectEvents.WithLabelValues(e.label).Inc()
+	if !e.synced.Load() {
+		return
+	}
 	ns, name, ok := source.NameOf(obj)
 	if !ok {
 		return

@@ -136,6 +136,19 @@ func (s *informerSet) of(key targetKey) *gvrInformer {
 	return nil
 }
 
+// objectsIn lists the objects of one namespace ("" for all) the informer holds.
+func (e *gvrInformer) objectsIn(namespace string) []any {
+	indexer := e.informer.GetIndexer()
+	switch {
+	case e.shape.Namespace != "" && namespace != "" && namespace != e.shape.Namespace:
+		return nil
+	case namespace == "" || e.shape.Namespace != "":
+		return indexer.List()
+	}
+	objs, _ := indexer.ByIndex(cache.NamespaceIndex, namespace)
+	return objs
+}
+
 // usersOf lists an informer's users; none once it has been replaced.
 func (s *informerSet) usersOf(e *gvrInformer) []targetKey {
 	s.mu.Lock()
@@ -184,8 +197,13 @@ func (s *informerSet) stopLocked(e *gvrInformer) {
 func (s *informerSet) startLocked(parent context.Context, e *gvrInformer) {
 	ctx, cancel := context.WithCancel(parent)
 	e.cancel = cancel
-	inf := cache.NewSharedIndexInformer(source.NewListWatch(s.client, e.gvr, e.shape), &source.Object{}, 0,
-		cache.Indexers{cache.NamespaceIndex: source.NamespaceIndex})
+	// An informer of one namespace needs no index of namespaces: it was
+	// one more entry per object.
+	indexers := cache.Indexers{}
+	if e.shape.Namespace == "" {
+		indexers[cache.NamespaceIndex] = source.NamespaceIndex
+	}
+	inf := cache.NewSharedIndexInformer(source.NewListWatch(s.client, e.gvr, e.shape), &source.Object{}, 0, indexers)
 	_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		cache.DefaultWatchErrorHandler(ctx, r, err)
 		if apierrors.IsNotFound(err) && e.gone.CompareAndSwap(false, true) {

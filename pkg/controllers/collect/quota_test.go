@@ -21,6 +21,7 @@ func quotaCollector(t *testing.T) *Collector {
 		statusQueue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[targetKey]())}
 	c.index = newItemIndex(c.queueObject, c.queueStatus)
 	c.informers = newInformerSet(nil, nil, informerHandlers{})
+	c.walks = newWalkFeeder(c.objectQueue, 1)
 	t.Cleanup(func() { c.objectQueue.ShutDown(); c.statusQueue.ShutDown() })
 	return c
 }

@@ -119,6 +119,7 @@ func (c *Collector) finish(ctx context.Context, key targetKey, v *targetObject) 
 		return errLeaseUnconfirmed
 	}
 	c.informers.release(ctx, key)
+	c.walks.stop(key)
 	c.targets.remove(key)
 	hadItems := c.index.remove(key)
 	if v == nil {

@@ -2,11 +2,15 @@ package collect
 
 import (
 	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"kollect.dev/kollect/pkg/controllers/metrics"
@@ -14,33 +18,115 @@ import (
 )
 
 // walk compares a target's objects (all, or one namespace's) with its
-// index and queues every object that may differ: those it collects, and
-// those the index knows of.
+// index: every object it collects, and every object the index knows of,
+// is synced. The objects are handed to the object queue a few at a time
+// (walkFeeder), so that a walk of a million objects holds a list of them,
+// not a million keys in the queue.
 func (c *Collector) walk(key targetKey, namespace string) {
 	spec, inf := c.targets.spec(key), c.informers.of(key)
 	if spec == nil || inf == nil || !inf.synced.Load() {
 		return
 	}
-	indexer := inf.informer.GetIndexer()
-	var objs []any
-	switch {
-	case namespace != "":
-		objs, _ = indexer.ByIndex(cache.NamespaceIndex, namespace)
-	case spec.namespaced && !key.Cluster:
-		objs, _ = indexer.ByIndex(cache.NamespaceIndex, key.Namespace)
-	default:
-		objs = indexer.List()
+	full := namespace == ""
+	if full && spec.namespaced && !key.Cluster {
+		namespace = key.Namespace
 	}
-	for _, o := range objs {
+	run := &walkRun{key: key, namespace: namespace, full: full}
+	for _, o := range inf.objectsIn(namespace) {
 		if obj, ok := o.(*source.Object); ok && c.matches(key, spec, obj) {
-			c.objectQueue.Add(objectKey{target: key, namespace: obj.Namespace(), name: obj.Name()}.queued())
+			run.objects = append(run.objects, obj)
 		}
 	}
-	// The queue de-duplicates: objects both matched and indexed run once.
-	for _, objKey := range c.index.known(c.index.target(key), namespace) {
-		c.queueObject(key, objKey)
-	}
+	run.known = c.index.known(c.index.target(key), namespace)
+	c.walks.start(run)
+	c.walks.feed()
 }
+
+// walkFeeder hands the objects of the running walks to the object queue,
+// keeping it at most a few times the workers long: each object a worker
+// finishes makes room for the next. Events still go to the queue at once.
+type walkFeeder struct {
+	queue workqueue.TypedRateLimitingInterface[queuedObject]
+	// limit is the queue length up to which walks add to it.
+	limit int
+
+	mu   sync.Mutex
+	runs []*walkRun
+	// running tells, without the lock, whether any walk runs.
+	running atomic.Bool
+}
+
+// walkRun is one walk: the objects it syncs, then those the index knew.
+type walkRun struct {
+	key       targetKey
+	namespace string
+	// full: the walk of all the target's objects, which replaces any other.
+	full    bool
+	objects []*source.Object
+	known   []string
+	next    int
+}
+
+func newWalkFeeder(queue workqueue.TypedRateLimitingInterface[queuedObject], workers int) *walkFeeder {
+	return &walkFeeder{queue: queue, limit: 4 * workers}
+}
+
+// start adds a walk; a full walk of a target replaces its other walks, a
+// walk of a namespace the one of the same namespace.
+func (f *walkFeeder) start(run *walkRun) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.runs = slices.DeleteFunc(f.runs, func(r *walkRun) bool {
+		return r.key == run.key && (run.full || r.namespace == run.namespace && !r.full)
+	})
+	f.runs = append(f.runs, run)
+	f.running.Store(true)
+}
+
+// stop ends the walks of a target.
+func (f *walkFeeder) stop(key targetKey) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.runs = slices.DeleteFunc(f.runs, func(r *walkRun) bool { return r.key == key })
+	f.running.Store(len(f.runs) > 0)
+}
+
+// feed queues the next objects of the walks, in turn, while the queue has
+// room.
+func (f *walkFeeder) feed() {
+	if !f.running.Load() {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for {
+		f.runs = slices.DeleteFunc(f.runs, func(r *walkRun) bool { return r.done() })
+		if len(f.runs) == 0 || f.queue.Len() >= f.limit {
+			break
+		}
+		for _, r := range f.runs {
+			if !r.done() {
+				f.queue.Add(r.nextKey().queued())
+			}
+		}
+	}
+	f.running.Store(len(f.runs) > 0)
+}
+
+// nextKey is the next object the walk syncs; the walk is not done.
+func (r *walkRun) nextKey() objectKey {
+	i := r.next
+	r.next++
+	if i < len(r.objects) {
+		obj := r.objects[i]
+		r.objects[i] = nil // synced once fed: its cache may let it go
+		return objectKey{target: r.key, namespace: obj.Namespace(), name: obj.Name()}
+	}
+	ns, name, _ := cache.SplitMetaNamespaceKey(r.known[i-len(r.objects)])
+	return objectKey{target: r.key, namespace: ns, name: name}
+}
+
+func (r *walkRun) done() bool { return r.next >= len(r.objects)+len(r.known) }
 
 // resyncLoop runs the full walk every resync period, or sooner when a
 // watch of the stored items lost its place. The walk at start runs in Run.

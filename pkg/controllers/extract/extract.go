@@ -171,7 +171,7 @@ func (e *Extractor) Extract(ctx context.Context, obj map[string]any) (Content, e
 func (e *Extractor) extractAttributes(ctx context.Context, obj map[string]any) (Content, error) {
 	attrs := make(map[string]kollect.Value, len(e.attributes))
 	for _, a := range e.attributes {
-		value, found, err := e.evaluate(ctx, a.expr, obj)
+		raw, found, err := e.evaluate(ctx, a.expr, obj)
 		if err != nil {
 			return Content{}, fmt.Errorf("attribute %q (%s): %v", a.name, a.expr, err)
 		}
@@ -181,27 +181,24 @@ func (e *Extractor) extractAttributes(ctx context.Context, obj map[string]any) (
 			}
 			return Content{}, fmt.Errorf("required attribute %q (%s) matched nothing", a.name, a.expr)
 		}
-		raw, err := json.Marshal(value)
-		if err != nil {
-			return Content{}, fmt.Errorf("attribute %q (%s): %v", a.name, a.expr, err)
-		}
 		attrs[a.name] = kollect.Value{Raw: raw}
 	}
 	return Content{Attributes: attrs}, nil
 }
 
-func (e *Extractor) evaluate(ctx context.Context, expr *expression.Expression, obj map[string]any) (any, bool, error) {
+// evaluate is an attribute's value as JSON.
+func (e *Extractor) evaluate(ctx context.Context, expr *expression.Expression, obj map[string]any) ([]byte, bool, error) {
 	timeout := e.Timeout
 	if timeout <= 0 {
 		timeout = DefaultAttributeTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	value, found, err := expr.Evaluate(ctx, obj)
+	raw, found, err := expr.EvaluateJSON(ctx, obj)
 	if err != nil && ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return nil, false, fmt.Errorf("evaluation took longer than %s", timeout)
 	}
-	return value, found, err
+	return raw, found, err
 }
 
 func (e *Extractor) extractResource(obj map[string]any) (Content, error) {

@@ -74,6 +74,10 @@ func (d *decoder) object(data []byte, sp jsonscan.Span, fromList bool, listAPIVe
 		return nil, err
 	}
 	var apiVersion, kind string
+	// The last apiVersion and kind members: kept apart, and left out of the
+	// JSON when they are strings (the usual case): Decode puts them back
+	// from the source, which holds them anyway.
+	var apiVersionMember, kindMember *jsonscan.Member
 	var m meta
 	out := append(d.buf[:0], '{')
 	written := 0
@@ -99,12 +103,25 @@ func (d *decoder) object(data []byte, sp jsonscan.Span, fromList bool, listAPIVe
 		}
 		s.Space()
 		start := s.Pos()
-		if kept && len(sub) > 0 && s.Bytes()[start] == '{' {
+		switch {
+		case jsonscan.KeyIs(data, key, "apiVersion"), jsonscan.KeyIs(data, key, "kind"):
+			// Always kept (alwaysKept).
+			value, err := s.Value()
+			if err != nil {
+				return nil, err
+			}
+			text, _ := jsonscan.Text(data, value)
+			if jsonscan.KeyIs(data, key, "kind") {
+				kind, kindMember = text, &jsonscan.Member{Key: key, Value: value}
+			} else {
+				apiVersion, apiVersionMember = text, &jsonscan.Member{Key: key, Value: value}
+			}
+		case kept && len(sub) > 0 && s.Bytes()[start] == '{':
 			out = member(out, data, key, &written)
 			if out, err = trim(s, sub, out); err != nil {
 				return nil, err
 			}
-		} else {
+		default:
 			if err := s.Skip(); err != nil {
 				return nil, err
 			}
@@ -112,32 +129,39 @@ func (d *decoder) object(data []byte, sp jsonscan.Span, fromList bool, listAPIVe
 				out = append(member(out, data, key, &written), data[start:s.Pos()]...)
 			}
 		}
-		switch {
-		case jsonscan.KeyIs(data, key, "apiVersion"):
-			apiVersion, _ = jsonscan.Text(data, jsonscan.Span{Start: start, End: s.Pos()})
-		case jsonscan.KeyIs(data, key, "kind"):
-			kind, _ = jsonscan.Text(data, jsonscan.Span{Start: start, End: s.Pos()})
-		}
 	}
-	if fromList && apiVersion == "" && kind == "" {
-		// Set after the object's own members: decoding keeps the last.
+	typed := true
+	switch {
+	case fromList && apiVersion == "" && kind == "":
+		// The list's, as the dynamic client sets them.
 		apiVersion, kind = listAPIVersion, listKind
-		out = appendString(member(out, []byte(`"apiVersion"`), jsonscan.Span{Start: 0, End: 12}, &written), apiVersion)
-		out = appendString(member(out, []byte(`"kind"`), jsonscan.Span{Start: 0, End: 6}, &written), kind)
+	case isString(data, apiVersionMember) && isString(data, kindMember):
+	default:
+		typed = false
+		for _, mb := range []*jsonscan.Member{apiVersionMember, kindMember} {
+			if mb != nil {
+				out = append(member(out, data, mb.Key, &written), data[mb.Value.Start:mb.Value.End]...)
+			}
+		}
 	}
 	out = append(out, '}')
 	d.buf = out
 	return &Object{
 		apiVersion:      unique.Make(apiVersion),
 		kind:            unique.Make(kind),
+		typed:           typed,
 		namespace:       unique.Make(m.namespace),
 		name:            m.name,
 		resourceVersion: m.resourceVersion,
 		uid:             types.UID(m.uid),
 		labels:          labelsOf(m.labels),
 		annotations:     m.annotations,
-		raw:             slices.Clone(out),
+		raw:             string(out),
 	}, nil
+}
+
+func isString(data []byte, mb *jsonscan.Member) bool {
+	return mb != nil && data[mb.Value.Start] == '"'
 }
 
 // Decode decodes one object, as a watch event carries it, in a shape.
@@ -154,11 +178,6 @@ func member(out, data []byte, key jsonscan.Span, written *int) []byte {
 	*written++
 	out = append(out, data[key.Start:key.End]...)
 	return append(out, ':')
-}
-
-func appendString(out []byte, s string) []byte {
-	raw, _ := json.Marshal(s)
-	return append(out, raw...)
 }
 
 // lookup is the subtree of a member name: kept is false when the tree

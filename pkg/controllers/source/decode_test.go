@@ -74,6 +74,9 @@ func referenceTrim(t fieldTree, m map[string]any) {
 // reference is what extraction was given, and the metadata matching read.
 func reference(u *unstructured.Unstructured, shape Shape) (map[string]any, extractView) {
 	view := extractView{source: extract.SourceOf(u), labels: u.GetLabels()}
+	if len(view.labels) == 0 {
+		view.labels = nil // no labels, whether absent or {}: matching sees none either way
+	}
 	referenceTransform(shape, u)
 	obj := runtime.DeepCopyJSON(u.Object)
 	referenceTrim(newFieldTree(shape.Fields), obj)
@@ -187,7 +190,7 @@ func TestBookmark(t *testing.T) {
 	if err != nil || typ != watch.Bookmark {
 		t.Fatal(typ, err)
 	}
-	m := obj.(*Object).GetObjectMeta()
+	var m metav1.Object = obj.(*Object)
 	if m.GetResourceVersion() != "42" || m.GetAnnotations()[metav1.InitialEventsAnnotationKey] != "true" {
 		t.Errorf("bookmark %+v", m)
 	}

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"unique"
+	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -35,17 +36,24 @@ import (
 // values), and what extraction reads as JSON, decoded only to extract.
 type Object struct {
 	apiVersion, kind, namespace unique.Handle[string]
-	name, resourceVersion       string
-	uid                         types.UID
-	labels                      Labels
+	// typed: apiVersion and kind are left out of raw, and are the strings
+	// above.
+	typed                 bool
+	name, resourceVersion string
+	uid                   types.UID
+	labels                Labels
 	// annotations are kept for bookmarks only: the reflector reads the end
 	// of the initial events there.
 	annotations map[string]string
-	// raw is the JSON extraction reads: the object as trimmed to its shape.
-	raw []byte
+	// raw is the JSON extraction reads: the object as trimmed to its shape
+	// (a string: immutable, and a word smaller than a slice).
+	raw string
 }
 
-var _ runtime.Object = &Object{}
+var (
+	_ runtime.Object = &Object{}
+	_ metav1.Object  = &Object{}
+)
 
 // GetObjectKind implements runtime.Object; the kind is in Source.
 func (o *Object) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
@@ -60,13 +68,16 @@ func (o *Object) DeepCopyObject() runtime.Object {
 // Decode is the object to extract from, decoded anew each time as the
 // dynamic client decodes JSON (integers as int64, other numbers float64).
 func (o *Object) Decode() (map[string]any, error) {
-	v, err := jsonscan.Decode(o.raw)
+	v, err := jsonscan.Decode(unsafe.Slice(unsafe.StringData(o.raw), len(o.raw)))
 	if err != nil {
 		return nil, fmt.Errorf("decoding the cached object: %w", err)
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
 		return nil, fmt.Errorf("the cached object is a %T", v)
+	}
+	if o.typed {
+		m["apiVersion"], m["kind"] = o.apiVersion.Value(), o.kind.Value()
 	}
 	return m, nil
 }
@@ -87,13 +98,6 @@ func (o *Object) Namespace() string       { return o.namespace.Value() }
 func (o *Object) Name() string            { return o.name }
 func (o *Object) ResourceVersion() string { return o.resourceVersion }
 func (o *Object) Labels() Labels          { return o.labels }
-
-// GetObjectMeta makes the object a metav1.ObjectMetaAccessor, so that the
-// informer computes keys and resourceVersions of it; labels are not part
-// of it.
-func (o *Object) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Namespace: o.namespace.Value(), Name: o.name, UID: o.uid, ResourceVersion: o.resourceVersion, Annotations: o.annotations}
-}
 
 // NamespaceIndex is cache.MetaNamespaceIndexFunc without building metadata.
 func NamespaceIndex(obj any) ([]string, error) {

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -98,6 +101,17 @@ func TestObjectMeta(t *testing.T) {
 	o := decodeObject(t, data, Shape{})
 	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(o); err != nil || key != "ns/a" {
 		t.Errorf("key %q, %v", key, err)
+	}
+	// The informer reads keys and resourceVersions through meta.Accessor:
+	// the object itself, nothing built per call.
+	if m, err := apimeta.Accessor(o); err != nil || m != metav1.Object(o) || m.GetResourceVersion() != "7" || m.GetUID() != "u-1" {
+		t.Errorf("accessor %v, %v", m, err)
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = cache.DeletionHandlingMetaNamespaceKeyFunc(o) }); n > 1 {
+		t.Errorf("a key costs %v allocations, want the key's string only", n)
+	}
+	if got := o.GetLabels(); !reflect.DeepEqual(got, u.GetLabels()) {
+		t.Errorf("labels %v, want %v", got, u.GetLabels())
 	}
 	if idx, err := NamespaceIndex(o); err != nil || !reflect.DeepEqual(idx, []string{"ns"}) {
 		t.Errorf("namespace index %v, %v", idx, err)
