@@ -44,6 +44,10 @@ import (
 type Item struct {
 	Namespace, Name string
 	Labels          map[string]string
+	// LabelsKey, when set, is labels.Set(Labels).String(), which callers
+	// that write many items with one label set have at hand: each label
+	// set is validated once.
+	LabelsKey string
 	Source          kollect.ItemSource
 	Attributes      map[string]kollect.Value
 	Object          *kollect.Value
@@ -105,6 +109,8 @@ type Store struct {
 	json bool
 	// labels are the label sets found valid.
 	labels validLabels
+	// own are the revisions of this store's own writes, for its watches.
+	own ownWrites
 	// now stamps creations; tests replace it.
 	now func() time.Time
 }
@@ -121,9 +127,12 @@ const maxValidLabels = 4096
 
 var labelsPath = field.NewPath("metadata", "labels")
 
-// validate is metav1validation.ValidateLabels, once per label set.
-func (v *validLabels) validate(l map[string]string) field.ErrorList {
-	key := labels.Set(l).String()
+// validate is metav1validation.ValidateLabels, once per label set; key is
+// its canonical string, or empty.
+func (v *validLabels) validate(l map[string]string, key string) field.ErrorList {
+	if key == "" {
+		key = labels.Set(l).String()
+	}
 	v.mu.Lock()
 	ok := v.sets[key]
 	v.mu.Unlock()
@@ -210,6 +219,7 @@ func (s *Store) Create(ctx context.Context, item *Item) (int64, error) {
 	if !resp.Succeeded {
 		return 0, apierrors.NewAlreadyExists(s.kind.Resource, item.Name)
 	}
+	s.own.add(resp.Header.Revision)
 	return resp.Header.Revision, nil
 }
 
@@ -254,6 +264,7 @@ func (s *Store) Update(ctx context.Context, item *Item) (int64, error) {
 			return 0, storageError(err)
 		}
 		if txn.Succeeded {
+			s.own.add(txn.Header.Revision)
 			return txn.Header.Revision, nil
 		}
 		// Written meanwhile: again, on what is stored now.
@@ -270,6 +281,7 @@ func (s *Store) Delete(ctx context.Context, namespace, name string) error {
 	if resp.Deleted == 0 {
 		return apierrors.NewNotFound(s.kind.Resource, name)
 	}
+	s.own.add(resp.Header.Revision)
 	return nil
 }
 
@@ -344,7 +356,7 @@ func (s *Store) object(item *Item, meta metav1.ObjectMeta, old *kollect.ItemSour
 	meta.Name = item.Name
 	// The labels are validated apart: the items of a target share them,
 	// and their regular expressions were most of the validation's cost.
-	errs := s.labels.validate(item.Labels)
+	errs := s.labels.validate(item.Labels, item.LabelsKey)
 	var obj runtime.Object
 	if s.kind.Namespaced {
 		meta.Namespace = item.Namespace

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -223,7 +224,7 @@ func TestListAndWatch(t *testing.T) {
 		if ev.Type != want.typ || ev.Item.Name != want.name || ev.Revision <= last || ev.Item.Revision != ev.Revision {
 			t.Fatalf("event %+v, want %s %s", ev, want.typ, want.name)
 		}
-		if ev.Item.Labels[kollect.LabelTarget] != "web" {
+		if !ev.Own && ev.Item.Labels[kollect.LabelTarget] != "web" {
 			t.Errorf("%s event without the item's labels: %+v", ev.Type, ev.Item)
 		}
 		last = ev.Revision
@@ -248,5 +249,63 @@ func TestListAndWatch(t *testing.T) {
 	}
 	if len(ended) != 1 || ended[0].Type != watch.Error || !apierrors.IsResourceExpired(ended[0].Err) {
 		t.Errorf("watch of a compacted revision: %+v", ended)
+	}
+}
+
+// TestWatchTellsOwnWrites: a watch gives the store's own writes as Own,
+// undecoded, and any other writer's change whole.
+func TestWatchTellsOwnWrites(t *testing.T) {
+	srv := testserver.Start(t, testserver.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store := srv.API.Items
+	from, err := store.Revision(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, err := store.Create(ctx, item("ns", "own", "1", "v"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another writer (a former leader, say) copies it under another name.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.EtcdEndpoint}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	resp, err := cli.Get(ctx, "/registry/kollect.dev/", clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("%v, %d keys", err, len(resp.Kvs))
+	}
+	foreignKey := strings.Replace(string(resp.Kvs[0].Key), "/own", "/foreign", 1)
+	foreignValue := strings.Replace(string(resp.Kvs[0].Value), `"name":"own"`, `"name":"foreign"`, 1)
+	if _, err := cli.Put(ctx, foreignKey, foreignValue); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Delete(ctx, "ns", "own"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Delete(ctx, foreignKey); err != nil {
+		t.Fatal(err)
+	}
+	events := store.Watch(ctx, from)
+	for _, want := range []struct {
+		typ  watch.EventType
+		name string
+		own  bool
+	}{{watch.Added, "own", true}, {watch.Added, "foreign", false}, {watch.Deleted, "own", true}, {watch.Deleted, "foreign", false}} {
+		ev := <-events
+		if ev.Type != want.typ || ev.Item.Name != want.name || ev.Own != want.own || ev.Item.Namespace != "ns" {
+			t.Fatalf("event %+v, want %s %s own=%v", ev, want.typ, want.name, want.own)
+		}
+		if want.own && ev.Item.Labels != nil {
+			t.Errorf("an own write was decoded: %+v", ev.Item)
+		}
+		if !want.own && (ev.Item.Hash != sha("v") || ev.Item.Labels[kollect.LabelTarget] != "web") {
+			t.Errorf("another writer's change (a deletion: as it was) not read whole: %+v", ev.Item)
+		}
+	}
+	if created <= from {
+		t.Errorf("created at %d, not after %d", created, from)
 	}
 }

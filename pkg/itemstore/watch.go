@@ -3,6 +3,7 @@ package itemstore
 import (
 	"context"
 	"strings"
+	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -13,6 +14,11 @@ import (
 
 // Event is one change of the stored items.
 type Event struct {
+	// Own tells a change this Store made (Create, Update, Delete): only its
+	// Revision and the item's namespace and name are given, the content is
+	// not decoded. A change that reaches the watch before the write that
+	// made it has returned is given whole, as any other.
+	Own bool
 	// Type is Added, Modified or Deleted with Item; Bookmark, with only
 	// Revision, when etcd reports progress; Error, with Err, when the
 	// watch ends (ResourceExpired when its revision was compacted).
@@ -77,6 +83,15 @@ func (s *Store) Watch(ctx context.Context, after int64) <-chan Event {
 // not an item (the registry could not read it either).
 func (s *Store) event(ctx context.Context, ev *clientv3.Event) (Event, bool) {
 	kv, typ := ev.Kv, watch.Modified
+	if s.own.take(kv.ModRevision) {
+		if ev.Type == mvccpb.DELETE {
+			typ = watch.Deleted
+		} else if ev.IsCreate() {
+			typ = watch.Added
+		}
+		namespace, name := s.split(string(kv.Key))
+		return Event{Type: typ, Own: true, Item: Stored{Namespace: namespace, Name: name, Revision: kv.ModRevision}, Revision: kv.ModRevision}, true
+	}
 	switch {
 	case ev.Type == mvccpb.DELETE:
 		typ = watch.Deleted
@@ -108,4 +123,43 @@ func (s *Store) split(key string) (namespace, name string) {
 	}
 	namespace, name, _ = strings.Cut(rest, "/")
 	return namespace, name
+}
+
+// ownWrites are the revisions of a store's own writes its watches have not
+// delivered yet: a watch gives those without decoding them (the collector
+// only needs to know they are its own). A revision is recorded only while
+// it is ahead of what the watches delivered, so nothing is kept for good.
+type ownWrites struct {
+	mu sync.Mutex
+	// delivered is the highest revision a watch delivered.
+	delivered int64
+	revs      map[int64]struct{}
+}
+
+// maxOwnWrites bounds the revisions kept: more are only ever held while no
+// watch runs, and are then dropped (their changes are decoded instead).
+const maxOwnWrites = 1 << 16
+
+func (o *ownWrites) add(rev int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if rev <= o.delivered {
+		return // delivered already, decoded as any change
+	}
+	if o.revs == nil || len(o.revs) >= maxOwnWrites {
+		o.revs = map[int64]struct{}{}
+	}
+	o.revs[rev] = struct{}{}
+}
+
+// take records that a watch delivers the change at rev, and tells whether
+// it is an own write: one add recorded before, which it forgets; an add
+// after finds it delivered.
+func (o *ownWrites) take(rev int64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.delivered = max(o.delivered, rev)
+	_, ok := o.revs[rev]
+	delete(o.revs, rev)
+	return ok
 }

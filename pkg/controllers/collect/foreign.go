@@ -98,6 +98,9 @@ func (c *Collector) itemEvents(ctx context.Context, events <-chan itemstore.Even
 			rv = uint64(ev.Revision)
 		case watch.Added, watch.Modified, watch.Deleted:
 			rv = uint64(ev.Revision)
+			if ev.Own {
+				continue // this collector's own write, by its revision
+			}
 			s := storedOf(ev.Item)
 			s.rv = rv
 			c.itemChanged(ctx, cluster, ev.Type == watch.Deleted, s)

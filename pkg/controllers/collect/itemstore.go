@@ -57,6 +57,7 @@ func labelValue(s string) string {
 type desiredItem struct {
 	namespace, name string
 	labels          map[string]string
+	labelsKey       string // labelsKey(labels)
 	source          kollect.ItemSource
 	content         extract.Content
 	hash            string
@@ -115,7 +116,7 @@ func (s etcdItems) kind() string { return s.store.Kind() }
 // falls back to the other, so a stale index costs one extra call, never a
 // wrong result.
 func (s etcdItems) put(ctx context.Context, item *desiredItem, exists bool) (bool, uint64, error) {
-	it := &itemstore.Item{Namespace: item.namespace, Name: item.name, Labels: item.labels, Source: item.source,
+	it := &itemstore.Item{Namespace: item.namespace, Name: item.name, Labels: item.labels, LabelsKey: item.labelsKey, Source: item.source,
 		Attributes: item.content.Attributes, Object: item.content.Object, Hash: item.hash}
 	if exists {
 		rev, err := s.store.Update(ctx, it)

@@ -128,7 +128,7 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) (err error) {
 	}
 
 	// Write it, and index what was written.
-	item := &desiredItem{namespace: k.target.Namespace, name: name, labels: maps.Clone(spec.labels), source: src, content: content, hash: hash}
+	item := &desiredItem{namespace: k.target.Namespace, name: name, labels: maps.Clone(spec.labels), labelsKey: spec.labelsKey, source: src, content: content, hash: hash}
 	c.index.beginWrite(t, name, &inflightWrite{objKey: objKey, hash: sum, labels: spec.labelsKey})
 	created, rv, err := store.put(ctx, item, had && oldName == name)
 	if replace && apierrors.IsInvalid(err) {
