@@ -19,7 +19,8 @@ import (
 )
 
 // ListWatches let the embedded controllers list and watch this server's
-// resources in process, from the watch cache, as v1alpha1 objects: no
+// resources in process, from their storage (the watch cache, or etcd for
+// the item kinds, which have none by default), as v1alpha1 objects: no
 // JSON encoding on the server's side and decoding on theirs, no HTTP, TLS
 // or authentication per event. Every status write of an Inventory or a
 // Target comes back to the controllers as a watch event, so at rest this is

@@ -47,11 +47,11 @@ type Item struct {
 	// LabelsKey, when set, is labels.Set(Labels).String(), which callers
 	// that write many items with one label set have at hand: each label
 	// set is validated once.
-	LabelsKey string
-	Source          kollect.ItemSource
-	Attributes      map[string]kollect.Value
-	Object          *kollect.Value
-	Hash            string
+	LabelsKey  string
+	Source     kollect.ItemSource
+	Attributes map[string]kollect.Value
+	Object     *kollect.Value
+	Hash       string
 }
 
 // Stored is what the collector reads back of a stored item.

@@ -38,9 +38,10 @@
 // status.collection; the registry derives Ready and Degraded from it.
 //
 // Items are written straight to the server's etcd (pkg/itemstore), under
-// the keys the registry serves them from; Targets are read and updated
-// through the loopback client, and the collected objects, Namespaces and
-// Events live in the host cluster.
+// the keys the registry serves them from; Targets and Profiles are read
+// in process (Config.Informers) and written (finalizers, status) through
+// the loopback client; the collected objects, Namespaces and Events live
+// in the host cluster.
 package collect
 
 import (
@@ -117,7 +118,8 @@ const (
 type Config struct {
 	// Host reaches the host cluster: the collected objects, Namespaces, Events.
 	Host *rest.Config
-	// Loopback reaches this server: Profiles, Targets, ClusterTargets.
+	// Loopback reaches this server: writes of Targets and ClusterTargets
+	// (finalizers, status), and reads when Informers is unset.
 	Loopback *rest.Config
 	// Mapper resolves the kinds Profiles collect through the host
 	// cluster's discovery, refreshed on a miss; the server shares it with

@@ -9,8 +9,9 @@
 // an unchanged payload only when its interval is due, a generation bump
 // forces an export. Snapshot sinks get the whole document, database sinks
 // the changed rows with the cursor in the same transaction, event sinks
-// one event per changed item. Each exporter writes only its own
-// status.sinkExports entry (server-side apply, its own field manager); the
+// one event per changed item. Each exporter reports only its own
+// status.sinkExports entry, written in process through the status
+// subresource (entryWrites batches the entries reported together); the
 // registry derives the aggregate on write.
 package export
 
@@ -53,7 +54,8 @@ const Finalizer = v1alpha1.ExportFinalizer
 type Config struct {
 	// Host reaches the host cluster: sink Secrets and Events.
 	Host *rest.Config
-	// Loopback reaches this server: inventories, targets, sinks, scopes, items.
+	// Loopback reaches this server for writes (finalizers, sink status);
+	// its kinds are read in process when Informers is set.
 	Loopback *rest.Config
 	// ClusterName (--cluster-name) names the host cluster in every key a
 	// sink stores: rows, paths, subjects, event ids and sources.

@@ -70,8 +70,9 @@ type settings struct {
 }
 
 // exporter follows one inventory's item set and delivers it to one sink. Its
-// goroutine is the only one that talks to the sink or writes the sink's
-// status entry; a failing sink therefore delays nobody else. What the sink
+// goroutine is the only one that talks to the sink and reports the sink's
+// status entry (entryWrites writes it, with the entries reported beside
+// it); a failing sink therefore delays nobody else. What the sink
 // is owed lives in the subscription, which nothing but a delivery the sink
 // acknowledged empties: not a client rebuild, an error, a revoked grant.
 type exporter struct {

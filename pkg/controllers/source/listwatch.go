@@ -63,7 +63,7 @@ func (l *ListWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions
 	return list, nil
 }
 
-// WithContext watches from opts.ResourceVersion (or, with
+// WatchWithContext watches from opts.ResourceVersion (or, with
 // opts.SendInitialEvents, streams the list first).
 func (l *ListWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	opts.Watch = true
