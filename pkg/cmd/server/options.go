@@ -302,7 +302,7 @@ func (o *Options) Run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		o.Controllers.Install(srv.GenericAPIServer, host, leader.Configs{
+		installControllers(srv.GenericAPIServer, o.Controllers, host, leader.Configs{
 			Collect: collect.Config{Items: srv.Items, ClusterItems: srv.ClusterItems, Authorizer: authz, TenantMode: o.TenantMode, Quotas: o.Quotas,
 				Informers: srv.ListWatches, Mapper: srv.KindMapper},
 			Export: export.Config{StateDir: stateDir, FileSinkRoot: fileSinkRoot, AllowLocalGitSinks: o.AllowLocalGitSinks, Authorizer: authz, TenantMode: o.TenantMode, Dialer: cfg.ExtraConfig.Registry.SinkDialer,

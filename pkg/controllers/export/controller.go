@@ -188,23 +188,13 @@ func New(cfg Config) (*Controller, error) {
 	if watchdog <= 0 {
 		watchdog = DefaultWatchdog
 	}
-	host := rest.CopyConfig(cfg.Host)
-	if host.QPS == 0 {
-		host.QPS, host.Burst = 20, 40
-	}
-	kube, err := kubernetes.NewForConfig(host)
+	clients, err := plumbing.NewClients(cfg.Host, plumbing.Limits{QPS: 20, Burst: 40}, cfg.Loopback, plumbing.Limits{QPS: loopbackQPS, Burst: loopbackBurst})
 	if err != nil {
 		return nil, err
 	}
-	eventsCfg := rest.CopyConfig(host)
+	eventsCfg := rest.CopyConfig(clients.HostConfig)
 	eventsCfg.RateLimiter = nil // the QPS and burst, not a limiter shared with kube
 	eventsClient, err := kubernetes.NewForConfig(eventsCfg)
-	if err != nil {
-		return nil, err
-	}
-	loopback := rest.CopyConfig(cfg.Loopback)
-	loopback.QPS, loopback.Burst = loopbackQPS, loopbackBurst
-	kc, err := versioned.NewForConfig(loopback)
 	if err != nil {
 		return nil, err
 	}
@@ -212,16 +202,14 @@ func New(cfg Config) (*Controller, error) {
 	c := &Controller{
 		cfg:          cfg,
 		watchdog:     watchdog,
-		kube:         kube,
-		kollect:      kc,
+		kube:         clients.Kube,
+		kollect:      clients.Kollect,
 		recorder:     plumbing.NewEventRecorder(eventsClient, "kollect-exporter"),
 		entryLimiter: flowcontrol.NewTokenBucketRateLimiter(loopbackQPS, loopbackBurst),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[plumbing.InventoryKey](),
-			workqueue.TypedRateLimitingQueueConfig[plumbing.InventoryKey]{Name: "kollect_export_inventories"}),
-		probes: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[sinkKey](),
-			workqueue.TypedRateLimitingQueueConfig[sinkKey]{Name: "kollect_export_probes"}),
-		running: newRunningInventories(),
-		stopped: make(chan struct{}),
+		queue:        plumbing.NewQueue[plumbing.InventoryKey]("kollect_export_inventories"),
+		probes:       plumbing.NewQueue[sinkKey]("kollect_export_probes"),
+		running:      newRunningInventories(),
+		stopped:      make(chan struct{}),
 	}
 	c.entries = newEntryWrites(entryLinger, c.writeEntries)
 	c.entries.alone = func(t entryInventory) bool { return c.running.exporterCount(t.inv) <= 1 }

@@ -20,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
-	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
@@ -206,41 +205,6 @@ func DefaultClusterName(ctx context.Context, kube kubernetes.Interface) (string,
 type Configs struct {
 	Collect collect.Config
 	Export  export.Config
-}
-
-// Install starts the controllers with the server: a post-start hook starts
-// them (the loopback client works from then on) and a pre-shutdown hook
-// stops them and releases the lease while the server still serves.
-// host is the host cluster; the configs' Host and Loopback are filled in here.
-func (o *Options) Install(server *genericapiserver.GenericAPIServer, host *rest.Config, cfg Configs) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	var started sync.Once
-	server.AddPostStartHookOrDie("kollect-controllers", func(hook genericapiserver.PostStartHookContext) error {
-		started.Do(func() {
-			cfg.Collect.Host, cfg.Collect.Loopback = host, rest.CopyConfig(hook.LoopbackClientConfig)
-			cfg.Export.Host, cfg.Export.Loopback = host, rest.CopyConfig(hook.LoopbackClientConfig)
-			stop := context.AfterFunc(hook, cancel)
-			go func() {
-				defer close(done)
-				defer stop()
-				if err := o.Run(ctx, host, cfg); err != nil {
-					klog.ErrorS(err, "Controllers stopped")
-				}
-			}()
-		})
-		return nil
-	})
-	server.AddPreShutdownHookOrDie("kollect-controllers", func() error {
-		cancel()
-		started.Do(func() { close(done) }) // never started: nothing to wait for
-		select {
-		case <-done:
-		case <-time.After(o.RenewDeadline + 10*time.Second):
-			klog.Info("Controllers did not stop in time")
-		}
-		return nil
-	})
 }
 
 // Run runs the collector and the exporter while this replica leads, until

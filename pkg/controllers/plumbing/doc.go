@@ -10,6 +10,8 @@
 //     ClusterInventory);
 //   - events.go: the Warning Events about Kollect objects, with the one
 //     cut of their notes;
+//   - clients.go: a controller's clients of the host cluster and of this
+//     server, and its work queues;
 //   - redact.go: the replacement of Secret values in text, with the one
 //     placeholder every part of Kollect shows.
 package plumbing
