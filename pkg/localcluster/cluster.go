@@ -93,6 +93,9 @@ type Options struct {
 	// Log receives progress lines ("starting etcd... ready in 1.2s").
 	// Nil discards them.
 	Log io.Writer
+	// EtcdArgs are extra flags for every etcd of the cluster (a larger
+	// --quota-backend-bytes for a benchmark of a million objects, say).
+	EtcdArgs []string
 	// FastEtcd runs every etcd of the cluster with --unsafe-no-fsync: much
 	// faster, and a crash of the machine can lose or corrupt data. For
 	// tests only.
@@ -445,6 +448,7 @@ func (c *Cluster) newEtcd(ctx context.Context, name, dataDir string) (*Process, 
 		if c.opts.FastEtcd {
 			args = append(args, "--unsafe-no-fsync")
 		}
+		args = append(args, c.opts.EtcdArgs...)
 		client := &http.Client{Timeout: 2 * time.Second}
 		ready := func(ctx context.Context) error {
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, clientURL+"/health", nil)

@@ -25,6 +25,8 @@ type Options struct {
 	KollectArgs []string
 	// FastEtcd runs every etcd without fsync (tests; benchmarks keep it).
 	FastEtcd bool
+	// EtcdArgs are extra flags for every etcd.
+	EtcdArgs []string
 	// FileSinks creates <Dir>/file-sinks and passes it as --file-sink-root,
 	// for tests that export to file sinks (Env.FileSinkRoot).
 	FileSinks bool
@@ -76,7 +78,7 @@ func Start(ctx context.Context, opts Options) (_ *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := localcluster.Start(ctx, localcluster.Options{Dir: dir, ToolsBinDir: tools, Log: log, FastEtcd: opts.FastEtcd})
+	c, err := localcluster.Start(ctx, localcluster.Options{Dir: dir, ToolsBinDir: tools, Log: log, FastEtcd: opts.FastEtcd, EtcdArgs: opts.EtcdArgs})
 	if err != nil {
 		return nil, fmt.Errorf("starting the cluster (logs in %s/logs): %w", dir, err)
 	}
