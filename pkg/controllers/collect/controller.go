@@ -218,39 +218,25 @@ func New(cfg Config) (*Collector, error) {
 	if workers <= 0 {
 		workers = DefaultWorkers
 	}
-	host := rest.CopyConfig(cfg.Host)
-	if host.QPS == 0 {
-		// client-go's default of 5 is far too low for Events and discovery
-		// alongside informers of many kinds.
-		host.QPS, host.Burst = 50, 100
-	}
-	kube, err := kubernetes.NewForConfig(host)
+	clients, err := plumbing.NewClients(cfg.Host, plumbing.Limits{QPS: 50, Burst: 100}, cfg.Loopback, plumbing.Limits{QPS: 200, Burst: 400})
 	if err != nil {
 		return nil, err
 	}
-	hostJSON, err := rest.UnversionedRESTClientFor(dynamic.ConfigFor(host))
-	if err != nil {
-		return nil, err
-	}
-	loopback := rest.CopyConfig(cfg.Loopback)
-	loopback.QPS, loopback.Burst = 200, 400
-	kc, err := versioned.NewForConfig(loopback)
+	kube, kc := clients.Kube, clients.Kollect
+	hostJSON, err := rest.UnversionedRESTClientFor(dynamic.ConfigFor(clients.HostConfig))
 	if err != nil {
 		return nil, err
 	}
 	metrics.Register()
 
 	c := &Collector{
-		cfg:     cfg,
-		workers: workers,
-		kube:    kube,
-		kollect: kc,
-		targetQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[targetKey](),
-			workqueue.TypedRateLimitingQueueConfig[targetKey]{Name: "kollect_collect_targets"}),
-		objectQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[queuedObject](),
-			workqueue.TypedRateLimitingQueueConfig[queuedObject]{Name: "kollect_collect_objects"}),
-		statusQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[targetKey](),
-			workqueue.TypedRateLimitingQueueConfig[targetKey]{Name: "kollect_collect_status"}),
+		cfg:              cfg,
+		workers:          workers,
+		kube:             kube,
+		kollect:          kc,
+		targetQueue:      plumbing.NewQueue[targetKey]("kollect_collect_targets"),
+		objectQueue:      plumbing.NewQueue[queuedObject]("kollect_collect_objects"),
+		statusQueue:      plumbing.NewQueue[targetKey]("kollect_collect_status"),
 		targets:          newTargetSet(),
 		itemStore:        etcdItems{cfg.Items},
 		clusterItemStore: etcdItems{cfg.ClusterItems},
