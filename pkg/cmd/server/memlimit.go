@@ -13,6 +13,25 @@ import (
 // not count (stacks of the moment, fragmentation, the binary itself).
 const DefaultMemoryLimitRatio = 0.9
 
+// DefaultGCPercent is the server's GOGC. The collector keeps a compact
+// record of every collected object and of every item, and a sync adds them
+// quickly: at the runtime's default of 100 the heap grows to twice them
+// before each collection. A lower value trades some CPU for memory, as
+// servers holding their data in memory often do (docs/collection.md has
+// the figures).
+const DefaultGCPercent = 50
+
+// applyGCPercent sets the garbage collector's target percentage, unless
+// GOGC is set (the runtime has applied it) or percent is 0. It returns the
+// value set, or 0.
+func applyGCPercent(percent int) int {
+	if percent <= 0 || os.Getenv("GOGC") != "" {
+		return 0
+	}
+	debug.SetGCPercent(percent)
+	return percent
+}
+
 // cgroupRoot is where the cgroup file systems are mounted; tests move it.
 var cgroupRoot = "/sys/fs/cgroup"
 

@@ -64,3 +64,20 @@ func TestApplyMemoryLimit(t *testing.T) {
 		t.Error("GOMEMLIMIT must win")
 	}
 }
+
+func TestApplyGCPercent(t *testing.T) {
+	before := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(before)
+
+	t.Setenv("GOGC", "")
+	if got := applyGCPercent(50); got != 50 || debug.SetGCPercent(100) != 50 {
+		t.Errorf("applied %d", got)
+	}
+	if got := applyGCPercent(0); got != 0 || debug.SetGCPercent(100) != 100 {
+		t.Error("0 must leave the runtime alone")
+	}
+	t.Setenv("GOGC", "200")
+	if got := applyGCPercent(50); got != 0 || debug.SetGCPercent(100) != 100 {
+		t.Error("GOGC must win")
+	}
+}

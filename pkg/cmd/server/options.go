@@ -69,6 +69,9 @@ type Options struct {
 	// MemoryLimitRatio is the share of the cgroup's memory limit set as the
 	// Go runtime's soft memory limit; 0 leaves the runtime's default.
 	MemoryLimitRatio float64
+	// GCPercent is the Go runtime's GOGC unless GOGC is set; 0 leaves the
+	// runtime's default.
+	GCPercent int
 	// Controllers configure the embedded controllers and their leader
 	// election. They run only with a host cluster (Recommended.CoreAPI).
 	Controllers *leader.Options
@@ -96,6 +99,7 @@ func NewOptions() *Options {
 		ServiceName:      "kollect-api",
 		ServiceNamespace: "kollect-system",
 		MemoryLimitRatio: DefaultMemoryLimitRatio,
+		GCPercent:        DefaultGCPercent,
 		Quotas:           tenancy.DefaultQuotas,
 		Controllers:      leader.NewOptions(),
 	}
@@ -135,6 +139,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ServiceNamespace, "service-namespace", o.ServiceNamespace, "Namespace of that Service.")
 	fs.Float64Var(&o.MemoryLimitRatio, "memory-limit-ratio", o.MemoryLimitRatio,
 		"Set the Go runtime's soft memory limit to this share of the container's memory limit (cgroup memory.max), so that garbage collection tightens before the container is killed. Ignored when GOMEMLIMIT is set or without a limit; 0 turns it off.")
+	fs.IntVar(&o.GCPercent, "gc-percent", o.GCPercent,
+		"The garbage collector's target (the Go runtime's GOGC): the heap grows by this percentage of what is live before a collection. Lower holds less memory for more CPU. Ignored when GOGC is set; 0 leaves the runtime's default (100).")
 	o.Controllers.AddFlags(fs)
 }
 
@@ -142,6 +148,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 func (o *Options) Validate() error {
 	if o.MemoryLimitRatio < 0 || o.MemoryLimitRatio > 1 {
 		return fmt.Errorf("--memory-limit-ratio must be between 0 and 1, not %v", o.MemoryLimitRatio)
+	}
+	if o.GCPercent < 0 {
+		return fmt.Errorf("--gc-percent must be 0 (the runtime's default) or more, not %d", o.GCPercent)
 	}
 	if err := validateQuotas(o.Quotas); err != nil {
 		return err
@@ -266,6 +275,9 @@ func tenancyAuthorizer(opts *genericoptions.DelegatingAuthorizationOptions) (aut
 func (o *Options) Run(ctx context.Context) error {
 	if limit, of := applyMemoryLimit(o.MemoryLimitRatio); limit > 0 {
 		klog.FromContext(ctx).Info("Set the Go soft memory limit from the cgroup's", "limitBytes", limit, "cgroupLimitBytes", of, "ratio", o.MemoryLimitRatio)
+	}
+	if percent := applyGCPercent(o.GCPercent); percent > 0 {
+		klog.FromContext(ctx).V(2).Info("Set the garbage collector's target", "gcPercent", percent)
 	}
 	if o.embedded() {
 		dir, err := filepath.Abs(o.DataDir)

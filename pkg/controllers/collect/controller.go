@@ -88,7 +88,10 @@ const (
 	// incremental updates.
 	DefaultResyncPeriod = 10 * time.Minute
 	// DefaultWorkers is how many objects are extracted and written at once.
-	DefaultWorkers = 8
+	// Each write is one etcd round trip, mostly waiting for its fsync: with
+	// 64 in flight etcd commits them in batches (docs/collection.md has the
+	// figures).
+	DefaultWorkers = 64
 
 	// statusDelay coalesces status reports: one write per target at most
 	// this often while items change.
