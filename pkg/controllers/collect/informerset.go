@@ -3,6 +3,7 @@ package collect
 import (
 	"context"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -156,11 +157,7 @@ func (s *informerSet) usersOf(e *gvrInformer) []targetKey {
 	if s.byGVR[e.gvr] != e {
 		return nil
 	}
-	keys := make([]targetKey, 0, len(e.users))
-	for k := range e.users {
-		keys = append(keys, k)
-	}
-	return keys
+	return slices.Collect(maps.Keys(e.users))
 }
 
 // stopAll stops every informer.

@@ -3,6 +3,8 @@ package collect
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -364,11 +366,7 @@ func (x *itemIndex) rebuildLocked(t *indexed, items []storedItem) {
 func (x *itemIndex) keys() []targetKey {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	out := make([]targetKey, 0, len(x.targets))
-	for k := range x.targets {
-		out = append(out, k)
-	}
-	return out
+	return slices.Collect(maps.Keys(x.targets))
 }
 
 // counts is what status reports of the index of a target.

@@ -2,6 +2,7 @@ package collect
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -178,11 +179,7 @@ func (s *targetSet) remove(key targetKey) {
 func (s *targetSet) keys() []targetKey {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]targetKey, 0, len(s.targets))
-	for k := range s.targets {
-		out = append(out, k)
-	}
-	return out
+	return slices.Collect(maps.Keys(s.targets))
 }
 
 // spec is a target's spec, nil while it does not collect.
