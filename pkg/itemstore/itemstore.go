@@ -18,7 +18,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -44,9 +47,9 @@ import (
 type Item struct {
 	Namespace, Name string
 	Labels          map[string]string
-	// LabelsKey, when set, is labels.Set(Labels).String(), which callers
-	// that write many items with one label set have at hand: each label
-	// set is validated once.
+	// LabelsKey, when set, is LabelsKey(Labels), which callers that write
+	// many items with one label set have at hand: each label set is
+	// validated once.
 	LabelsKey  string
 	Source     kollect.ItemSource
 	Attributes map[string]kollect.Value
@@ -131,7 +134,7 @@ var labelsPath = field.NewPath("metadata", "labels")
 // its canonical string, or empty.
 func (v *validLabels) validate(l map[string]string, key string) field.ErrorList {
 	if key == "" {
-		key = labels.Set(l).String()
+		key = LabelsKey(l)
 	}
 	v.mu.Lock()
 	ok := v.sets[key]
@@ -149,6 +152,27 @@ func (v *validLabels) validate(l map[string]string, key string) field.ErrorList 
 		v.mu.Unlock()
 	}
 	return errs
+}
+
+// LabelsKey is a string that only the same label set has: keys and
+// values, sorted by key, each with its length first. labels.Set.String is
+// not one: {"a": "b,c=d"} prints as {"a": "b", "c": "d"} does.
+func LabelsKey(l map[string]string) string {
+	keys := slices.Sorted(maps.Keys(l))
+	n := 0
+	for _, k := range keys {
+		n += len(k) + len(l[k]) + 8
+	}
+	b := make([]byte, 0, n)
+	for _, k := range keys {
+		b = strconv.AppendInt(b, int64(len(k)), 10)
+		b = append(b, ':')
+		b = append(b, k...)
+		b = strconv.AppendInt(b, int64(len(l[k])), 10)
+		b = append(b, ':')
+		b = append(b, l[k]...)
+	}
+	return string(b)
 }
 
 // New returns the store of a kind.

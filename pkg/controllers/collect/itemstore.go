@@ -201,9 +201,9 @@ func itemLabels(key targetKey, spec *targetSpec) map[string]string {
 	return l
 }
 
-// labelsKey is a canonical string of a label set, for comparisons.
+// labelsKey is a string only the same label set has, for comparisons.
 func labelsKey(l map[string]string) string {
-	return labels.Set(l).String()
+	return itemstore.LabelsKey(l)
 }
 
 // deleteAllItems deletes every stored item of a target, read from storage
