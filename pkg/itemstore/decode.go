@@ -22,20 +22,27 @@ import (
 // fields are read, the attributes skipped; anything else is decoded whole
 // with the storage codec.
 func (s *Store) decode(ctx context.Context, key, stored []byte) (*record, error) {
-	data, _, err := s.transformer.TransformFromStorage(ctx, stored, value.DefaultContext(key))
+	r, _, _, err := s.decodePlain(ctx, key, stored)
+	return r, err
+}
+
+// decodePlain is decode that also gives the stored object's encoding
+// before the transformer, and whether the transformer would store it
+// differently now (a rotated key, say).
+func (s *Store) decodePlain(ctx context.Context, key, stored []byte) (r *record, data []byte, stale bool, err error) {
+	data, stale, err = s.transformer.TransformFromStorage(ctx, stored, value.DefaultContext(key))
 	if err != nil {
-		return nil, apierrors.NewInternalError(fmt.Errorf("reading %s: %w", key, err))
+		return nil, nil, false, apierrors.NewInternalError(fmt.Errorf("reading %s: %w", key, err))
 	}
-	var r *record
 	if s.json {
 		r, err = readJSON(data)
 	} else {
 		r, err = s.readObject(data)
 	}
 	if err != nil {
-		return nil, apierrors.NewInternalError(fmt.Errorf("decoding %s: %w", key, err))
+		return nil, nil, false, apierrors.NewInternalError(fmt.Errorf("decoding %s: %w", key, err))
 	}
-	return r, nil
+	return r, data, stale, nil
 }
 
 // readJSON reads a record of a v1alpha1 item in JSON, in one pass that

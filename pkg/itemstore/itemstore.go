@@ -251,7 +251,8 @@ func (s *Store) Create(ctx context.Context, item *Item) (int64, error) {
 // moving its generation when the hash changed, whoever wrote it last (the
 // registry's unconditional update). An item not stored is NotFound; a
 // source uid other than the stored one is Invalid: an update may not
-// change it.
+// change it. An item stored as it would be written is left alone, and its
+// revision returned.
 func (s *Store) Update(ctx context.Context, item *Item) (int64, error) {
 	key := s.key(item.Namespace, item.Name)
 	resp, err := s.client.Get(ctx, key)
@@ -263,7 +264,7 @@ func (s *Store) Update(ctx context.Context, item *Item) (int64, error) {
 			return 0, apierrors.NewNotFound(s.kind.Resource, item.Name)
 		}
 		kv := resp.Kvs[0]
-		old, err := s.decode(ctx, kv.Key, kv.Value)
+		old, stored, stale, err := s.decodePlain(ctx, kv.Key, kv.Value)
 		if err != nil {
 			return 0, err
 		}
@@ -275,7 +276,16 @@ func (s *Store) Update(ctx context.Context, item *Item) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		data, err := s.encode(ctx, key, obj)
+		plain, err := s.marshal(obj)
+		if err != nil {
+			return 0, apierrors.NewInternalError(fmt.Errorf("encoding %s: %w", key, err))
+		}
+		// What is stored already is not written again, as the registry's
+		// update does not: no new resourceVersion, no watch event.
+		if !stale && bytes.Equal(plain, stored) {
+			return kv.ModRevision, nil
+		}
+		data, err := s.transform(ctx, key, plain)
 		if err != nil {
 			return 0, err
 		}
@@ -406,6 +416,12 @@ func (s *Store) encode(ctx context.Context, key string, obj runtime.Object) ([]b
 	if err != nil {
 		return nil, apierrors.NewInternalError(fmt.Errorf("encoding %s: %w", key, err))
 	}
+	return s.transform(ctx, key, data)
+}
+
+// transform is the encoding of an object as stored: through the
+// transformer (encryption at rest, when configured).
+func (s *Store) transform(ctx context.Context, key string, data []byte) ([]byte, error) {
 	out, err := s.transformer.TransformToStorage(ctx, data, value.DefaultContext(key))
 	if err != nil {
 		return nil, apierrors.NewInternalError(err)
