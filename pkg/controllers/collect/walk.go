@@ -52,6 +52,9 @@ type walkFeeder struct {
 
 	mu   sync.Mutex
 	runs []*walkRun
+	// turn is the walk that adds the next key: walks take turns, across
+	// feeds too, so that a long one does not hold back the others.
+	turn int
 	// running tells, without the lock, whether any walk runs.
 	running atomic.Bool
 }
@@ -91,25 +94,25 @@ func (f *walkFeeder) stop(key targetKey) {
 	f.running.Store(len(f.runs) > 0)
 }
 
-// feed queues the next objects of the walks, in turn, while the queue has
-// room.
+// feed queues the next objects of the walks, one walk after the other,
+// while the queue has room.
 func (f *walkFeeder) feed() {
 	if !f.running.Load() {
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for {
-		f.runs = slices.DeleteFunc(f.runs, func(r *walkRun) bool { return r.done() })
-		if len(f.runs) == 0 || f.queue.Len() >= f.limit {
-			break
+	for len(f.runs) > 0 && f.queue.Len() < f.limit {
+		f.turn %= len(f.runs)
+		r := f.runs[f.turn]
+		if r.done() {
+			f.runs = slices.Delete(f.runs, f.turn, f.turn+1)
+			continue
 		}
-		for _, r := range f.runs {
-			if !r.done() {
-				f.queue.Add(r.nextKey().queued())
-			}
-		}
+		f.queue.Add(r.nextKey().queued())
+		f.turn++
 	}
+	f.runs = slices.DeleteFunc(f.runs, func(r *walkRun) bool { return r.done() })
 	f.running.Store(len(f.runs) > 0)
 }
 
