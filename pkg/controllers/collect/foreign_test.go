@@ -665,3 +665,23 @@ func objectOf(t *testing.T, u *unstructured.Unstructured) *source.Object {
 func informerOf(c *Collector, tg *indexed) cache.SharedIndexInformer {
 	return c.informers.of(tg.key).informer
 }
+
+// TestObjectSyncAfterTargetEnd: a target's end (finish) removes it from
+// the target set, then its index, then deletes its stored items. An object
+// sync that read the target's spec before the end and looks its index up
+// after it must not make the index again: that index would take the item
+// it writes, the end's deletion would not see it, and full walks would
+// keep it as the item of a target the index knows.
+func TestObjectSyncAfterTargetEnd(t *testing.T) {
+	c, _, store, k, name := foreignFixture(t)
+	c.index.remove(k.target) // the end's second step; its spec is still read
+	if err := c.syncObject(context.Background(), k); err != nil {
+		t.Fatal(err)
+	}
+	if c.index.existing(k.target) != nil {
+		t.Error("the object's sync made the ended target's index again")
+	}
+	if s, ok := store.items[name]; !ok || s.sourceRV != "1" {
+		t.Errorf("the ended target's item was written again: %+v", s)
+	}
+}

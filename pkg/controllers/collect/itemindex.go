@@ -107,6 +107,15 @@ func (x *itemIndex) target(key targetKey) *indexed {
 	return x.targetLocked(key)
 }
 
+// existing is the index of a target that has one, or nil: the target
+// sync makes it (setLimits) and the target's end removes it, which a sync
+// of one of its objects must not undo.
+func (x *itemIndex) existing(key targetKey) *indexed {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.targets[key]
+}
+
 func (x *itemIndex) targetLocked(key targetKey) *indexed {
 	t := x.targets[key]
 	if t == nil {

@@ -26,12 +26,16 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) (err error) {
 		return errLeaseUnconfirmed
 	}
 
-	// What the target collects and what the index holds of the object.
+	// What the target collects and what the index holds of the object. A
+	// target that ended meanwhile has no index: its end deletes its items.
 	spec, inf := c.targets.spec(k.target), c.informers.of(k.target)
 	if spec == nil || inf == nil || !inf.synced.Load() {
 		return nil // the walk after the target's sync comes back to it
 	}
-	t, store, objKey := c.index.target(k.target), c.storeFor(k.target), objectKeyOf(k.namespace, k.name)
+	t, store, objKey := c.index.existing(k.target), c.storeFor(k.target), objectKeyOf(k.namespace, k.name)
+	if t == nil {
+		return nil
+	}
 	h := c.index.lookup(t, objKey)
 	oldName, old, had, suspects := h.name, h.entry, h.had, h.suspects
 

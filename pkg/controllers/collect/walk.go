@@ -31,13 +31,17 @@ func (c *Collector) walk(key targetKey, namespace string) {
 	if full && spec.namespaced && !key.Cluster {
 		namespace = key.Namespace
 	}
+	t := c.index.existing(key)
+	if t == nil {
+		return // ended meanwhile
+	}
 	run := &walkRun{key: key, namespace: namespace, full: full}
 	for _, o := range inf.objectsIn(namespace) {
 		if obj, ok := o.(*source.Object); ok && c.matches(key, spec, obj) {
 			run.objects = append(run.objects, obj)
 		}
 	}
-	run.known = c.index.known(c.index.target(key), namespace)
+	run.known = c.index.known(t, namespace)
 	c.walks.start(run)
 	c.walks.feed()
 }
