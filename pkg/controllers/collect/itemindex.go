@@ -332,11 +332,16 @@ func (x *itemIndex) unindexAllLocked(t *indexed) {
 // rebuild replaces the index of every target by what storage holds
 // (stored, by target; a target storage holds nothing of gets an empty
 // index), keeping what the old index knew about extraction where the item
-// is the same.
-func (x *itemIndex) rebuild(stored map[targetKey][]storedItem) {
+// is the same. A target without an index gets one only when listed: one
+// that ended since the caller read storage keeps none (its end deletes
+// its items).
+func (x *itemIndex) rebuild(stored map[targetKey][]storedItem, listed func(targetKey) bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for key, items := range stored {
+		if x.targets[key] == nil && !listed(key) {
+			continue
+		}
 		x.rebuildLocked(x.targetLocked(key), items)
 	}
 	for key, t := range x.targets {

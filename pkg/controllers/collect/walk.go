@@ -189,6 +189,7 @@ func (c *Collector) resync(ctx context.Context) error {
 	// those the index knows.
 	existing := map[targetKey]targetKey{}
 	var all []targetKey
+	listed := map[targetKey]bool{}
 	if ts, err := c.targetLister.List(labels.Everything()); err == nil {
 		for _, t := range ts {
 			all = append(all, targetKey{Namespace: t.Namespace, Name: t.Name})
@@ -198,6 +199,9 @@ func (c *Collector) resync(ctx context.Context) error {
 		for _, t := range cts {
 			all = append(all, targetKey{Cluster: true, Name: t.Name})
 		}
+	}
+	for _, key := range all {
+		listed[key] = true
 	}
 	known := c.index.keys()
 	for _, key := range append(all, known...) {
@@ -218,7 +222,7 @@ func (c *Collector) resync(ctx context.Context) error {
 	}
 
 	// Rebuild the index from it; every target walks again at its next sync.
-	c.index.rebuild(byTarget)
+	c.index.rebuild(byTarget, func(key targetKey) bool { return listed[key] })
 	c.targets.requestWalks()
 
 	if len(orphans)+len(clusterOrphans) > 0 {

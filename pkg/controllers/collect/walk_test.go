@@ -74,3 +74,27 @@ func TestWalkFeeder(t *testing.T) {
 		t.Errorf("after stop: %d walks, %d queued", len(f.runs), q.Len())
 	}
 }
+
+// TestRebuildAfterTargetEnd: a full walk reads storage and the index's
+// targets, then rebuilds the index. A target that ended in between (one
+// deleted without its finalizer, known to the index only) must not get
+// its index back: its items would count against the quota and a new
+// target of the same name would take them for its own.
+func TestRebuildAfterTargetEnd(t *testing.T) {
+	c := quotaCollector(t)
+	ended := targetKey{Namespace: "ns", Name: "gone"}
+	listed := targetKey{Namespace: "ns", Name: "new"}
+	c.quotaTarget(ended, itemsQuota(10))
+	stored := map[targetKey][]storedItem{
+		ended:  {{namespace: "ns", name: "gone-1", target: "gone", objKey: "ns/cm-1"}},
+		listed: {{namespace: "ns", name: "new-1", target: "new", objKey: "ns/cm-1"}},
+	}
+	c.index.remove(ended) // the target's end, after the walk read the index's targets
+	c.index.rebuild(stored, func(key targetKey) bool { return key == listed })
+	if c.index.existing(ended) != nil {
+		t.Error("the full walk gave an ended target its index back")
+	}
+	if x := c.index.existing(listed); x == nil || x.items["new-1"] == nil {
+		t.Error("a listed target without an index must get one with its stored items")
+	}
+}
