@@ -40,6 +40,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&EventSink{}, &EventSinkList{},
 		&Scope{}, &ScopeList{},
 		&ClusterScope{}, &ClusterScopeList{},
+		&MemberCluster{}, &MemberClusterList{},
 		&InventoryItem{}, &InventoryItemList{},
 		&ClusterInventoryItem{}, &ClusterInventoryItemList{},
 	)

@@ -34,6 +34,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 	// Group=kollect.dev, Version=v1alpha1
 	case v1alpha1.SchemeGroupVersion.WithKind("Attribute"):
 		return &kollectv1alpha1.AttributeApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ClusterCollection"):
+		return &kollectv1alpha1.ClusterCollectionApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClusterInventory"):
 		return &kollectv1alpha1.ClusterInventoryApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClusterInventorySpec"):
@@ -74,6 +76,14 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &kollectv1alpha1.InventoryStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("LocalObjectReference"):
 		return &kollectv1alpha1.LocalObjectReferenceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("MemberCluster"):
+		return &kollectv1alpha1.MemberClusterApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("MemberClusterSpec"):
+		return &kollectv1alpha1.MemberClusterSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("MemberClusterStatus"):
+		return &kollectv1alpha1.MemberClusterStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("MemberObservation"):
+		return &kollectv1alpha1.MemberObservationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NamespacedObjectReference"):
 		return &kollectv1alpha1.NamespacedObjectReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NATSSinkConfig"):
@@ -98,6 +108,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &kollectv1alpha1.ScopeApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ScopeSpec"):
 		return &kollectv1alpha1.ScopeSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SecretKeyReference"):
+		return &kollectv1alpha1.SecretKeyReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("Serialization"):
 		return &kollectv1alpha1.SerializationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SinkExportStatus"):

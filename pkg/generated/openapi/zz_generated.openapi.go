@@ -89,6 +89,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		runtime.Unknown{}.OpenAPIModelName():                    schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
 		version.Info{}.OpenAPIModelName():                       schema_k8sio_apimachinery_pkg_version_Info(ref),
 		v1alpha1.Attribute{}.OpenAPIModelName():                 schema_pkg_apis_kollect_v1alpha1_Attribute(ref),
+		v1alpha1.ClusterCollection{}.OpenAPIModelName():         schema_pkg_apis_kollect_v1alpha1_ClusterCollection(ref),
 		v1alpha1.ClusterInventory{}.OpenAPIModelName():          schema_pkg_apis_kollect_v1alpha1_ClusterInventory(ref),
 		v1alpha1.ClusterInventoryItem{}.OpenAPIModelName():      schema_pkg_apis_kollect_v1alpha1_ClusterInventoryItem(ref),
 		v1alpha1.ClusterInventoryItemList{}.OpenAPIModelName():  schema_pkg_apis_kollect_v1alpha1_ClusterInventoryItemList(ref),
@@ -120,6 +121,11 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.InventoryStatus{}.OpenAPIModelName():           schema_pkg_apis_kollect_v1alpha1_InventoryStatus(ref),
 		v1alpha1.ItemSource{}.OpenAPIModelName():                schema_pkg_apis_kollect_v1alpha1_ItemSource(ref),
 		v1alpha1.LocalObjectReference{}.OpenAPIModelName():      schema_pkg_apis_kollect_v1alpha1_LocalObjectReference(ref),
+		v1alpha1.MemberCluster{}.OpenAPIModelName():             schema_pkg_apis_kollect_v1alpha1_MemberCluster(ref),
+		v1alpha1.MemberClusterList{}.OpenAPIModelName():         schema_pkg_apis_kollect_v1alpha1_MemberClusterList(ref),
+		v1alpha1.MemberClusterSpec{}.OpenAPIModelName():         schema_pkg_apis_kollect_v1alpha1_MemberClusterSpec(ref),
+		v1alpha1.MemberClusterStatus{}.OpenAPIModelName():       schema_pkg_apis_kollect_v1alpha1_MemberClusterStatus(ref),
+		v1alpha1.MemberObservation{}.OpenAPIModelName():         schema_pkg_apis_kollect_v1alpha1_MemberObservation(ref),
 		v1alpha1.NATSSinkConfig{}.OpenAPIModelName():            schema_pkg_apis_kollect_v1alpha1_NATSSinkConfig(ref),
 		v1alpha1.NamespacedObjectReference{}.OpenAPIModelName(): schema_pkg_apis_kollect_v1alpha1_NamespacedObjectReference(ref),
 		v1alpha1.PostgresSinkConfig{}.OpenAPIModelName():        schema_pkg_apis_kollect_v1alpha1_PostgresSinkConfig(ref),
@@ -134,6 +140,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.Scope{}.OpenAPIModelName():                     schema_pkg_apis_kollect_v1alpha1_Scope(ref),
 		v1alpha1.ScopeList{}.OpenAPIModelName():                 schema_pkg_apis_kollect_v1alpha1_ScopeList(ref),
 		v1alpha1.ScopeSpec{}.OpenAPIModelName():                 schema_pkg_apis_kollect_v1alpha1_ScopeSpec(ref),
+		v1alpha1.SecretKeyReference{}.OpenAPIModelName():        schema_pkg_apis_kollect_v1alpha1_SecretKeyReference(ref),
 		v1alpha1.Serialization{}.OpenAPIModelName():             schema_pkg_apis_kollect_v1alpha1_Serialization(ref),
 		v1alpha1.SinkExportStatus{}.OpenAPIModelName():          schema_pkg_apis_kollect_v1alpha1_SinkExportStatus(ref),
 		v1alpha1.SinkReference{}.OpenAPIModelName():             schema_pkg_apis_kollect_v1alpha1_SinkReference(ref),
@@ -2884,10 +2891,54 @@ func schema_pkg_apis_kollect_v1alpha1_Attribute(ref common.ReferenceCallback) co
 							Format:      "",
 						},
 					},
+					"selectable": {
+						SchemaProps: spec.SchemaProps{
+							Description: "selectable makes the attribute a field selector on the items (attributes.<name>) when its value is a string, number or boolean. At most 8 per Profile.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"name", "path"},
 			},
 		},
+	}
+}
+
+func schema_pkg_apis_kollect_v1alpha1_ClusterCollection(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ClusterCollection is a ClusterTarget's collection from one member.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "name of the MemberCluster.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"collection": {
+						SchemaProps: spec.SchemaProps{
+							Description: "collection is what the member's collector last reported.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.CollectionObservation{}.OpenAPIModelName()),
+						},
+					},
+					"unreachableSince": {
+						SchemaProps: spec.SchemaProps{
+							Description: "unreachableSince is when the member stopped answering; the items collected from it are kept meanwhile.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"name"},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName(), v1alpha1.CollectionObservation{}.OpenAPIModelName()},
 	}
 }
 
@@ -2995,6 +3046,26 @@ func schema_pkg_apis_kollect_v1alpha1_ClusterInventoryItem(ref common.ReferenceC
 						SchemaProps: spec.SchemaProps{
 							Description: "object is the pruned resource, in Resource mode.",
 							Ref:         ref(v1alpha1.Value{}.OpenAPIModelName()),
+						},
+					},
+					"selectableAttributes": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "selectableAttributes name the attributes that field selectors see (attributes.<name>): the Profile's selectable ones with scalar values.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: "",
+										Type:    []string{"string"},
+										Format:  "",
+									},
+								},
+							},
 						},
 					},
 					"hash": {
@@ -3721,6 +3792,12 @@ func schema_pkg_apis_kollect_v1alpha1_ClusterTargetSpec(ref common.ReferenceCall
 							},
 						},
 					},
+					"clusterSelector": {
+						SchemaProps: spec.SchemaProps{
+							Description: "clusterSelector selects the MemberClusters collected from by their labels; the requester needs `use` on each. Absent collects from the host cluster only; an empty selector selects every MemberCluster.",
+							Ref:         ref(v1.LabelSelector{}.OpenAPIModelName()),
+						},
+					},
 					"suspend": {
 						SchemaProps: spec.SchemaProps{
 							Description: "suspend stops collection and keeps the items already collected.",
@@ -3807,11 +3884,33 @@ func schema_pkg_apis_kollect_v1alpha1_ClusterTargetStatus(ref common.ReferenceCa
 							},
 						},
 					},
+					"clusters": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"name",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "clusters are the collections from the MemberClusters the clusterSelector selects, one per member, sorted by name.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: map[string]interface{}{},
+										Ref:     ref(v1alpha1.ClusterCollection{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1.Condition{}.OpenAPIModelName(), v1alpha1.CollectionObservation{}.OpenAPIModelName(), v1alpha1.RequesterInfo{}.OpenAPIModelName()},
+			v1.Condition{}.OpenAPIModelName(), v1alpha1.ClusterCollection{}.OpenAPIModelName(), v1alpha1.CollectionObservation{}.OpenAPIModelName(), v1alpha1.RequesterInfo{}.OpenAPIModelName()},
 	}
 }
 
@@ -4463,6 +4562,26 @@ func schema_pkg_apis_kollect_v1alpha1_InventoryItem(ref common.ReferenceCallback
 							Ref:         ref(v1alpha1.Value{}.OpenAPIModelName()),
 						},
 					},
+					"selectableAttributes": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "selectableAttributes name the attributes that field selectors see (attributes.<name>): the Profile's selectable ones with scalar values.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: "",
+										Type:    []string{"string"},
+										Format:  "",
+									},
+								},
+							},
+						},
+					},
 					"hash": {
 						SchemaProps: spec.SchemaProps{
 							Description: "hash is the hex SHA-256 of the canonical JSON of source identity, attributes and object. The collector writes an item only when it changes.",
@@ -4783,6 +4902,13 @@ func schema_pkg_apis_kollect_v1alpha1_ItemSource(ref common.ReferenceCallback) c
 				Description: "ItemSource identifies the object an item was collected from.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
+					"cluster": {
+						SchemaProps: spec.SchemaProps{
+							Description: "cluster is the cluster the object lives in: the host's --cluster-name or a MemberCluster's name.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"apiVersion": {
 						SchemaProps: spec.SchemaProps{
 							Description: "apiVersion of the object, such as apps/v1.",
@@ -4854,6 +4980,272 @@ func schema_pkg_apis_kollect_v1alpha1_LocalObjectReference(ref common.ReferenceC
 				Required: []string{"name"},
 			},
 		},
+	}
+}
+
+func schema_pkg_apis_kollect_v1alpha1_MemberCluster(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "MemberCluster is a cluster the hub collects from, reached with the kubeconfig in a Secret. ClusterTargets select members by their labels (spec.clusterSelector); selecting one needs `use` on it. The host cluster is the implicit member named by the server's --cluster-name and has no MemberCluster.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard object metadata. Labels are what clusterSelectors match.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "spec says how to reach the member.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.MemberClusterSpec{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "status reports whether the member is reachable and what was collected.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.MemberClusterStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"spec"},
+			},
+		},
+		Dependencies: []string{
+			v1.ObjectMeta{}.OpenAPIModelName(), v1alpha1.MemberClusterSpec{}.OpenAPIModelName(), v1alpha1.MemberClusterStatus{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_kollect_v1alpha1_MemberClusterList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "MemberClusterList is a list of MemberClusters.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Standard list metadata.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Description: "items is the list of MemberClusters.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: map[string]interface{}{},
+										Ref:     ref(v1alpha1.MemberCluster{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1.ListMeta{}.OpenAPIModelName(), v1alpha1.MemberCluster{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_kollect_v1alpha1_MemberClusterSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "MemberClusterSpec says how the hub reaches a member.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kubeconfigSecretRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "kubeconfigSecretRef names the Secret key holding the kubeconfig the hub uses; its current context is used. The Secret must be in a namespace the ClusterScopes allow (referenceNamespaces), readable by the user who registers the member. Exec and auth-provider plugins are refused unless the server allows them (--allow-member-exec); the API server's address obeys the sink endpoint policy.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1alpha1.SecretKeyReference{}.OpenAPIModelName()),
+						},
+					},
+					"suspend": {
+						SchemaProps: spec.SchemaProps{
+							Description: "suspend stops collecting from the member and keeps its items.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"kubeconfigSecretRef"},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SecretKeyReference{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_kollect_v1alpha1_MemberClusterStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "MemberClusterStatus is the observed state of a MemberCluster.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"observedGeneration": {
+						SchemaProps: spec.SchemaProps{
+							Description: "observedGeneration is the generation the conditions describe.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"conditions": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"type",
+								},
+								"x-kubernetes-list-type":       "map",
+								"x-kubernetes-patch-merge-key": "type",
+								"x-kubernetes-patch-strategy":  "merge",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "conditions Reachable and Ready, derived by the server from the owner's report.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Default: map[string]interface{}{},
+										Ref:     ref(v1.Condition{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"collection": {
+						SchemaProps: spec.SchemaProps{
+							Description: "collection is what the owning replica last reported.",
+							Ref:         ref(v1alpha1.MemberObservation{}.OpenAPIModelName()),
+						},
+					},
+					"requester": {
+						SchemaProps: spec.SchemaProps{
+							Description: "requester is the user whose request created the object or last changed its Secret reference; the hub reads the Secret on that user's authority.",
+							Ref:         ref(v1alpha1.RequesterInfo{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1.Condition{}.OpenAPIModelName(), v1alpha1.MemberObservation{}.OpenAPIModelName(), v1alpha1.RequesterInfo{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_kollect_v1alpha1_MemberObservation(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "MemberObservation is what the replica that owns a member reports about it. The server derives the Reachable and Ready conditions from it on write.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"observedGeneration": {
+						SchemaProps: spec.SchemaProps{
+							Description: "observedGeneration is the generation the owner worked from.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"owner": {
+						SchemaProps: spec.SchemaProps{
+							Description: "owner is the kollect-apiserver replica collecting from the member.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"reachable": {
+						SchemaProps: spec.SchemaProps{
+							Description: "reachable is whether the member's API server answered the last check.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"serverVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "serverVersion is the member's Kubernetes version, such as v1.36.3.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"itemCount": {
+						SchemaProps: spec.SchemaProps{
+							Description: "itemCount is how many items the hub holds from the member.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"lastSyncTime": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lastSyncTime is when the member last answered.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"unreachableSince": {
+						SchemaProps: spec.SchemaProps{
+							Description: "unreachableSince is when the member stopped answering; its items are kept meanwhile.",
+							Ref:         ref(v1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"errorClass": {
+						SchemaProps: spec.SchemaProps{
+							Description: "errorClass is a CamelCase word for the last failure, such as Unreachable, TLSError, Unauthorized, SecretNotFound, KubeconfigInvalid, ExecNotAllowed or EndpointForbidden.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"lastError": {
+						SchemaProps: spec.SchemaProps{
+							Description: "lastError is the last failure's message.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -5615,6 +6007,43 @@ func schema_pkg_apis_kollect_v1alpha1_ScopeSpec(ref common.ReferenceCallback) co
 		},
 		Dependencies: []string{
 			resource.Quantity{}.OpenAPIModelName(), v1.Duration{}.OpenAPIModelName(), v1alpha1.GroupKind{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_kollect_v1alpha1_SecretKeyReference(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SecretKeyReference names one key of a Secret in a namespace.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"namespace": {
+						SchemaProps: spec.SchemaProps{
+							Description: "namespace of the Secret.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "name of the Secret.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"key": {
+						SchemaProps: spec.SchemaProps{
+							Description: "key in the Secret's data. Defaults to \"kubeconfig\".",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"namespace", "name"},
+			},
+		},
 	}
 }
 

@@ -59,6 +59,11 @@ type Attribute struct {
 	// nothing; a required attribute that matches nothing fails the item.
 	// +optional
 	Optional bool `json:"optional,omitempty"`
+	// selectable makes the attribute a field selector on the items
+	// (attributes.<name>) when its value is a string, number or boolean.
+	// At most 8 per Profile.
+	// +optional
+	Selectable bool `json:"selectable,omitempty"`
 }
 
 // ExportMode chooses what an item carries.
@@ -301,6 +306,11 @@ type ClusterTargetSpec struct {
 	// +optional
 	// +listType=set
 	Names []string `json:"names,omitempty"`
+	// clusterSelector selects the MemberClusters collected from by their
+	// labels; the requester needs `use` on each. Absent collects from the
+	// host cluster only; an empty selector selects every MemberCluster.
+	// +optional
+	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
 	// suspend stops collection and keeps the items already collected.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
@@ -330,6 +340,12 @@ type ClusterTargetStatus struct {
 	// +optional
 	// +listType=set
 	MatchedNamespaces []string `json:"matchedNamespaces,omitempty"`
+	// clusters are the collections from the MemberClusters the
+	// clusterSelector selects, one per member, sorted by name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Clusters []ClusterCollection `json:"clusters,omitempty"`
 }
 
 // +genclient:nonNamespaced

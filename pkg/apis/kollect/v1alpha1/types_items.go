@@ -30,6 +30,11 @@ type InventoryItem struct {
 	// object is the pruned resource, in Resource mode.
 	// +optional
 	Object *Value `json:"object,omitempty"`
+	// selectableAttributes name the attributes that field selectors see
+	// (attributes.<name>): the Profile's selectable ones with scalar values.
+	// +optional
+	// +listType=set
+	SelectableAttributes []string `json:"selectableAttributes,omitempty"`
 	// hash is the hex SHA-256 of the canonical JSON of source identity,
 	// attributes and object. The collector writes an item only when it changes.
 	// +optional
@@ -38,6 +43,10 @@ type InventoryItem struct {
 
 // ItemSource identifies the object an item was collected from.
 type ItemSource struct {
+	// cluster is the cluster the object lives in: the host's --cluster-name
+	// or a MemberCluster's name.
+	// +optional
+	Cluster string `json:"cluster,omitempty"`
 	// apiVersion of the object, such as apps/v1.
 	// +required
 	APIVersion string `json:"apiVersion"`
@@ -93,6 +102,11 @@ type ClusterInventoryItem struct {
 	// object is the pruned resource, in Resource mode.
 	// +optional
 	Object *Value `json:"object,omitempty"`
+	// selectableAttributes name the attributes that field selectors see
+	// (attributes.<name>): the Profile's selectable ones with scalar values.
+	// +optional
+	// +listType=set
+	SelectableAttributes []string `json:"selectableAttributes,omitempty"`
 	// hash is the hex SHA-256 of the canonical JSON of source identity,
 	// attributes and object.
 	// +optional

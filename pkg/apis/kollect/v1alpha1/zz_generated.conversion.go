@@ -49,6 +49,16 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}); err != nil {
 		return err
 	}
+	if err := s.AddGeneratedConversionFunc((*ClusterCollection)(nil), (*kollect.ClusterCollection)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_ClusterCollection_To_kollect_ClusterCollection(a.(*ClusterCollection), b.(*kollect.ClusterCollection), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*kollect.ClusterCollection)(nil), (*ClusterCollection)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_kollect_ClusterCollection_To_v1alpha1_ClusterCollection(a.(*kollect.ClusterCollection), b.(*ClusterCollection), scope)
+	}); err != nil {
+		return err
+	}
 	if err := s.AddGeneratedConversionFunc((*ClusterInventory)(nil), (*kollect.ClusterInventory)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_v1alpha1_ClusterInventory_To_kollect_ClusterInventory(a.(*ClusterInventory), b.(*kollect.ClusterInventory), scope)
 	}); err != nil {
@@ -359,6 +369,56 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}); err != nil {
 		return err
 	}
+	if err := s.AddGeneratedConversionFunc((*MemberCluster)(nil), (*kollect.MemberCluster)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_MemberCluster_To_kollect_MemberCluster(a.(*MemberCluster), b.(*kollect.MemberCluster), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*kollect.MemberCluster)(nil), (*MemberCluster)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_kollect_MemberCluster_To_v1alpha1_MemberCluster(a.(*kollect.MemberCluster), b.(*MemberCluster), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*MemberClusterList)(nil), (*kollect.MemberClusterList)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_MemberClusterList_To_kollect_MemberClusterList(a.(*MemberClusterList), b.(*kollect.MemberClusterList), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*kollect.MemberClusterList)(nil), (*MemberClusterList)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_kollect_MemberClusterList_To_v1alpha1_MemberClusterList(a.(*kollect.MemberClusterList), b.(*MemberClusterList), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*MemberClusterSpec)(nil), (*kollect.MemberClusterSpec)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_MemberClusterSpec_To_kollect_MemberClusterSpec(a.(*MemberClusterSpec), b.(*kollect.MemberClusterSpec), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*kollect.MemberClusterSpec)(nil), (*MemberClusterSpec)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_kollect_MemberClusterSpec_To_v1alpha1_MemberClusterSpec(a.(*kollect.MemberClusterSpec), b.(*MemberClusterSpec), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*MemberClusterStatus)(nil), (*kollect.MemberClusterStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_MemberClusterStatus_To_kollect_MemberClusterStatus(a.(*MemberClusterStatus), b.(*kollect.MemberClusterStatus), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*kollect.MemberClusterStatus)(nil), (*MemberClusterStatus)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_kollect_MemberClusterStatus_To_v1alpha1_MemberClusterStatus(a.(*kollect.MemberClusterStatus), b.(*MemberClusterStatus), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*MemberObservation)(nil), (*kollect.MemberObservation)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_MemberObservation_To_kollect_MemberObservation(a.(*MemberObservation), b.(*kollect.MemberObservation), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*kollect.MemberObservation)(nil), (*MemberObservation)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_kollect_MemberObservation_To_v1alpha1_MemberObservation(a.(*kollect.MemberObservation), b.(*MemberObservation), scope)
+	}); err != nil {
+		return err
+	}
 	if err := s.AddGeneratedConversionFunc((*NATSSinkConfig)(nil), (*kollect.NATSSinkConfig)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_v1alpha1_NATSSinkConfig_To_kollect_NATSSinkConfig(a.(*NATSSinkConfig), b.(*kollect.NATSSinkConfig), scope)
 	}); err != nil {
@@ -496,6 +556,16 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}
 	if err := s.AddGeneratedConversionFunc((*kollect.ScopeSpec)(nil), (*ScopeSpec)(nil), func(a, b interface{}, scope conversion.Scope) error {
 		return Convert_kollect_ScopeSpec_To_v1alpha1_ScopeSpec(a.(*kollect.ScopeSpec), b.(*ScopeSpec), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*SecretKeyReference)(nil), (*kollect.SecretKeyReference)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_v1alpha1_SecretKeyReference_To_kollect_SecretKeyReference(a.(*SecretKeyReference), b.(*kollect.SecretKeyReference), scope)
+	}); err != nil {
+		return err
+	}
+	if err := s.AddGeneratedConversionFunc((*kollect.SecretKeyReference)(nil), (*SecretKeyReference)(nil), func(a, b interface{}, scope conversion.Scope) error {
+		return Convert_kollect_SecretKeyReference_To_v1alpha1_SecretKeyReference(a.(*kollect.SecretKeyReference), b.(*SecretKeyReference), scope)
 	}); err != nil {
 		return err
 	}
@@ -646,6 +716,7 @@ func autoConvert_v1alpha1_Attribute_To_kollect_Attribute(in *Attribute, out *kol
 	out.Name = in.Name
 	out.Path = in.Path
 	out.Optional = in.Optional
+	out.Selectable = in.Selectable
 	return nil
 }
 
@@ -658,12 +729,41 @@ func autoConvert_kollect_Attribute_To_v1alpha1_Attribute(in *kollect.Attribute, 
 	out.Name = in.Name
 	out.Path = in.Path
 	out.Optional = in.Optional
+	out.Selectable = in.Selectable
 	return nil
 }
 
 // Convert_kollect_Attribute_To_v1alpha1_Attribute is an autogenerated conversion function.
 func Convert_kollect_Attribute_To_v1alpha1_Attribute(in *kollect.Attribute, out *Attribute, s conversion.Scope) error {
 	return autoConvert_kollect_Attribute_To_v1alpha1_Attribute(in, out, s)
+}
+
+func autoConvert_v1alpha1_ClusterCollection_To_kollect_ClusterCollection(in *ClusterCollection, out *kollect.ClusterCollection, s conversion.Scope) error {
+	out.Name = in.Name
+	if err := Convert_v1alpha1_CollectionObservation_To_kollect_CollectionObservation(&in.Collection, &out.Collection, s); err != nil {
+		return err
+	}
+	out.UnreachableSince = (*v1.Time)(unsafe.Pointer(in.UnreachableSince))
+	return nil
+}
+
+// Convert_v1alpha1_ClusterCollection_To_kollect_ClusterCollection is an autogenerated conversion function.
+func Convert_v1alpha1_ClusterCollection_To_kollect_ClusterCollection(in *ClusterCollection, out *kollect.ClusterCollection, s conversion.Scope) error {
+	return autoConvert_v1alpha1_ClusterCollection_To_kollect_ClusterCollection(in, out, s)
+}
+
+func autoConvert_kollect_ClusterCollection_To_v1alpha1_ClusterCollection(in *kollect.ClusterCollection, out *ClusterCollection, s conversion.Scope) error {
+	out.Name = in.Name
+	if err := Convert_kollect_CollectionObservation_To_v1alpha1_CollectionObservation(&in.Collection, &out.Collection, s); err != nil {
+		return err
+	}
+	out.UnreachableSince = (*v1.Time)(unsafe.Pointer(in.UnreachableSince))
+	return nil
+}
+
+// Convert_kollect_ClusterCollection_To_v1alpha1_ClusterCollection is an autogenerated conversion function.
+func Convert_kollect_ClusterCollection_To_v1alpha1_ClusterCollection(in *kollect.ClusterCollection, out *ClusterCollection, s conversion.Scope) error {
+	return autoConvert_kollect_ClusterCollection_To_v1alpha1_ClusterCollection(in, out, s)
 }
 
 func autoConvert_v1alpha1_ClusterInventory_To_kollect_ClusterInventory(in *ClusterInventory, out *kollect.ClusterInventory, s conversion.Scope) error {
@@ -705,6 +805,7 @@ func autoConvert_v1alpha1_ClusterInventoryItem_To_kollect_ClusterInventoryItem(i
 	}
 	out.Attributes = *(*map[string]kollect.Value)(unsafe.Pointer(&in.Attributes))
 	out.Object = (*kollect.Value)(unsafe.Pointer(in.Object))
+	out.SelectableAttributes = *(*[]string)(unsafe.Pointer(&in.SelectableAttributes))
 	out.Hash = in.Hash
 	return nil
 }
@@ -721,6 +822,7 @@ func autoConvert_kollect_ClusterInventoryItem_To_v1alpha1_ClusterInventoryItem(i
 	}
 	out.Attributes = *(*map[string]Value)(unsafe.Pointer(&in.Attributes))
 	out.Object = (*Value)(unsafe.Pointer(in.Object))
+	out.SelectableAttributes = *(*[]string)(unsafe.Pointer(&in.SelectableAttributes))
 	out.Hash = in.Hash
 	return nil
 }
@@ -963,6 +1065,7 @@ func autoConvert_v1alpha1_ClusterTargetSpec_To_kollect_ClusterTargetSpec(in *Clu
 	out.ExcludeNamespaces = *(*[]string)(unsafe.Pointer(&in.ExcludeNamespaces))
 	out.LabelSelector = (*v1.LabelSelector)(unsafe.Pointer(in.LabelSelector))
 	out.Names = *(*[]string)(unsafe.Pointer(&in.Names))
+	out.ClusterSelector = (*v1.LabelSelector)(unsafe.Pointer(in.ClusterSelector))
 	out.Suspend = in.Suspend
 	return nil
 }
@@ -981,6 +1084,7 @@ func autoConvert_kollect_ClusterTargetSpec_To_v1alpha1_ClusterTargetSpec(in *kol
 	out.ExcludeNamespaces = *(*[]string)(unsafe.Pointer(&in.ExcludeNamespaces))
 	out.LabelSelector = (*v1.LabelSelector)(unsafe.Pointer(in.LabelSelector))
 	out.Names = *(*[]string)(unsafe.Pointer(&in.Names))
+	out.ClusterSelector = (*v1.LabelSelector)(unsafe.Pointer(in.ClusterSelector))
 	out.Suspend = in.Suspend
 	return nil
 }
@@ -996,6 +1100,7 @@ func autoConvert_v1alpha1_ClusterTargetStatus_To_kollect_ClusterTargetStatus(in 
 	out.Collection = (*kollect.CollectionObservation)(unsafe.Pointer(in.Collection))
 	out.Requester = (*kollect.RequesterInfo)(unsafe.Pointer(in.Requester))
 	out.MatchedNamespaces = *(*[]string)(unsafe.Pointer(&in.MatchedNamespaces))
+	out.Clusters = *(*[]kollect.ClusterCollection)(unsafe.Pointer(&in.Clusters))
 	return nil
 }
 
@@ -1010,6 +1115,7 @@ func autoConvert_kollect_ClusterTargetStatus_To_v1alpha1_ClusterTargetStatus(in 
 	out.Collection = (*CollectionObservation)(unsafe.Pointer(in.Collection))
 	out.Requester = (*RequesterInfo)(unsafe.Pointer(in.Requester))
 	out.MatchedNamespaces = *(*[]string)(unsafe.Pointer(&in.MatchedNamespaces))
+	out.Clusters = *(*[]ClusterCollection)(unsafe.Pointer(&in.Clusters))
 	return nil
 }
 
@@ -1359,6 +1465,7 @@ func autoConvert_v1alpha1_InventoryItem_To_kollect_InventoryItem(in *InventoryIt
 	}
 	out.Attributes = *(*map[string]kollect.Value)(unsafe.Pointer(&in.Attributes))
 	out.Object = (*kollect.Value)(unsafe.Pointer(in.Object))
+	out.SelectableAttributes = *(*[]string)(unsafe.Pointer(&in.SelectableAttributes))
 	out.Hash = in.Hash
 	return nil
 }
@@ -1375,6 +1482,7 @@ func autoConvert_kollect_InventoryItem_To_v1alpha1_InventoryItem(in *kollect.Inv
 	}
 	out.Attributes = *(*map[string]Value)(unsafe.Pointer(&in.Attributes))
 	out.Object = (*Value)(unsafe.Pointer(in.Object))
+	out.SelectableAttributes = *(*[]string)(unsafe.Pointer(&in.SelectableAttributes))
 	out.Hash = in.Hash
 	return nil
 }
@@ -1491,6 +1599,7 @@ func Convert_kollect_InventoryStatus_To_v1alpha1_InventoryStatus(in *kollect.Inv
 }
 
 func autoConvert_v1alpha1_ItemSource_To_kollect_ItemSource(in *ItemSource, out *kollect.ItemSource, s conversion.Scope) error {
+	out.Cluster = in.Cluster
 	out.APIVersion = in.APIVersion
 	out.Kind = in.Kind
 	out.Namespace = in.Namespace
@@ -1506,6 +1615,7 @@ func Convert_v1alpha1_ItemSource_To_kollect_ItemSource(in *ItemSource, out *koll
 }
 
 func autoConvert_kollect_ItemSource_To_v1alpha1_ItemSource(in *kollect.ItemSource, out *ItemSource, s conversion.Scope) error {
+	out.Cluster = in.Cluster
 	out.APIVersion = in.APIVersion
 	out.Kind = in.Kind
 	out.Namespace = in.Namespace
@@ -1538,6 +1648,148 @@ func autoConvert_kollect_LocalObjectReference_To_v1alpha1_LocalObjectReference(i
 // Convert_kollect_LocalObjectReference_To_v1alpha1_LocalObjectReference is an autogenerated conversion function.
 func Convert_kollect_LocalObjectReference_To_v1alpha1_LocalObjectReference(in *kollect.LocalObjectReference, out *LocalObjectReference, s conversion.Scope) error {
 	return autoConvert_kollect_LocalObjectReference_To_v1alpha1_LocalObjectReference(in, out, s)
+}
+
+func autoConvert_v1alpha1_MemberCluster_To_kollect_MemberCluster(in *MemberCluster, out *kollect.MemberCluster, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_v1alpha1_MemberClusterSpec_To_kollect_MemberClusterSpec(&in.Spec, &out.Spec, s); err != nil {
+		return err
+	}
+	if err := Convert_v1alpha1_MemberClusterStatus_To_kollect_MemberClusterStatus(&in.Status, &out.Status, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_v1alpha1_MemberCluster_To_kollect_MemberCluster is an autogenerated conversion function.
+func Convert_v1alpha1_MemberCluster_To_kollect_MemberCluster(in *MemberCluster, out *kollect.MemberCluster, s conversion.Scope) error {
+	return autoConvert_v1alpha1_MemberCluster_To_kollect_MemberCluster(in, out, s)
+}
+
+func autoConvert_kollect_MemberCluster_To_v1alpha1_MemberCluster(in *kollect.MemberCluster, out *MemberCluster, s conversion.Scope) error {
+	out.ObjectMeta = in.ObjectMeta
+	if err := Convert_kollect_MemberClusterSpec_To_v1alpha1_MemberClusterSpec(&in.Spec, &out.Spec, s); err != nil {
+		return err
+	}
+	if err := Convert_kollect_MemberClusterStatus_To_v1alpha1_MemberClusterStatus(&in.Status, &out.Status, s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Convert_kollect_MemberCluster_To_v1alpha1_MemberCluster is an autogenerated conversion function.
+func Convert_kollect_MemberCluster_To_v1alpha1_MemberCluster(in *kollect.MemberCluster, out *MemberCluster, s conversion.Scope) error {
+	return autoConvert_kollect_MemberCluster_To_v1alpha1_MemberCluster(in, out, s)
+}
+
+func autoConvert_v1alpha1_MemberClusterList_To_kollect_MemberClusterList(in *MemberClusterList, out *kollect.MemberClusterList, s conversion.Scope) error {
+	out.ListMeta = in.ListMeta
+	out.Items = *(*[]kollect.MemberCluster)(unsafe.Pointer(&in.Items))
+	return nil
+}
+
+// Convert_v1alpha1_MemberClusterList_To_kollect_MemberClusterList is an autogenerated conversion function.
+func Convert_v1alpha1_MemberClusterList_To_kollect_MemberClusterList(in *MemberClusterList, out *kollect.MemberClusterList, s conversion.Scope) error {
+	return autoConvert_v1alpha1_MemberClusterList_To_kollect_MemberClusterList(in, out, s)
+}
+
+func autoConvert_kollect_MemberClusterList_To_v1alpha1_MemberClusterList(in *kollect.MemberClusterList, out *MemberClusterList, s conversion.Scope) error {
+	out.ListMeta = in.ListMeta
+	out.Items = *(*[]MemberCluster)(unsafe.Pointer(&in.Items))
+	return nil
+}
+
+// Convert_kollect_MemberClusterList_To_v1alpha1_MemberClusterList is an autogenerated conversion function.
+func Convert_kollect_MemberClusterList_To_v1alpha1_MemberClusterList(in *kollect.MemberClusterList, out *MemberClusterList, s conversion.Scope) error {
+	return autoConvert_kollect_MemberClusterList_To_v1alpha1_MemberClusterList(in, out, s)
+}
+
+func autoConvert_v1alpha1_MemberClusterSpec_To_kollect_MemberClusterSpec(in *MemberClusterSpec, out *kollect.MemberClusterSpec, s conversion.Scope) error {
+	if err := Convert_v1alpha1_SecretKeyReference_To_kollect_SecretKeyReference(&in.KubeconfigSecretRef, &out.KubeconfigSecretRef, s); err != nil {
+		return err
+	}
+	out.Suspend = in.Suspend
+	return nil
+}
+
+// Convert_v1alpha1_MemberClusterSpec_To_kollect_MemberClusterSpec is an autogenerated conversion function.
+func Convert_v1alpha1_MemberClusterSpec_To_kollect_MemberClusterSpec(in *MemberClusterSpec, out *kollect.MemberClusterSpec, s conversion.Scope) error {
+	return autoConvert_v1alpha1_MemberClusterSpec_To_kollect_MemberClusterSpec(in, out, s)
+}
+
+func autoConvert_kollect_MemberClusterSpec_To_v1alpha1_MemberClusterSpec(in *kollect.MemberClusterSpec, out *MemberClusterSpec, s conversion.Scope) error {
+	if err := Convert_kollect_SecretKeyReference_To_v1alpha1_SecretKeyReference(&in.KubeconfigSecretRef, &out.KubeconfigSecretRef, s); err != nil {
+		return err
+	}
+	out.Suspend = in.Suspend
+	return nil
+}
+
+// Convert_kollect_MemberClusterSpec_To_v1alpha1_MemberClusterSpec is an autogenerated conversion function.
+func Convert_kollect_MemberClusterSpec_To_v1alpha1_MemberClusterSpec(in *kollect.MemberClusterSpec, out *MemberClusterSpec, s conversion.Scope) error {
+	return autoConvert_kollect_MemberClusterSpec_To_v1alpha1_MemberClusterSpec(in, out, s)
+}
+
+func autoConvert_v1alpha1_MemberClusterStatus_To_kollect_MemberClusterStatus(in *MemberClusterStatus, out *kollect.MemberClusterStatus, s conversion.Scope) error {
+	out.ObservedGeneration = in.ObservedGeneration
+	out.Conditions = *(*[]v1.Condition)(unsafe.Pointer(&in.Conditions))
+	out.Collection = (*kollect.MemberObservation)(unsafe.Pointer(in.Collection))
+	out.Requester = (*kollect.RequesterInfo)(unsafe.Pointer(in.Requester))
+	return nil
+}
+
+// Convert_v1alpha1_MemberClusterStatus_To_kollect_MemberClusterStatus is an autogenerated conversion function.
+func Convert_v1alpha1_MemberClusterStatus_To_kollect_MemberClusterStatus(in *MemberClusterStatus, out *kollect.MemberClusterStatus, s conversion.Scope) error {
+	return autoConvert_v1alpha1_MemberClusterStatus_To_kollect_MemberClusterStatus(in, out, s)
+}
+
+func autoConvert_kollect_MemberClusterStatus_To_v1alpha1_MemberClusterStatus(in *kollect.MemberClusterStatus, out *MemberClusterStatus, s conversion.Scope) error {
+	out.ObservedGeneration = in.ObservedGeneration
+	out.Conditions = *(*[]v1.Condition)(unsafe.Pointer(&in.Conditions))
+	out.Collection = (*MemberObservation)(unsafe.Pointer(in.Collection))
+	out.Requester = (*RequesterInfo)(unsafe.Pointer(in.Requester))
+	return nil
+}
+
+// Convert_kollect_MemberClusterStatus_To_v1alpha1_MemberClusterStatus is an autogenerated conversion function.
+func Convert_kollect_MemberClusterStatus_To_v1alpha1_MemberClusterStatus(in *kollect.MemberClusterStatus, out *MemberClusterStatus, s conversion.Scope) error {
+	return autoConvert_kollect_MemberClusterStatus_To_v1alpha1_MemberClusterStatus(in, out, s)
+}
+
+func autoConvert_v1alpha1_MemberObservation_To_kollect_MemberObservation(in *MemberObservation, out *kollect.MemberObservation, s conversion.Scope) error {
+	out.ObservedGeneration = in.ObservedGeneration
+	out.Owner = in.Owner
+	out.Reachable = in.Reachable
+	out.ServerVersion = in.ServerVersion
+	out.ItemCount = in.ItemCount
+	out.LastSyncTime = (*v1.Time)(unsafe.Pointer(in.LastSyncTime))
+	out.UnreachableSince = (*v1.Time)(unsafe.Pointer(in.UnreachableSince))
+	out.ErrorClass = in.ErrorClass
+	out.LastError = in.LastError
+	return nil
+}
+
+// Convert_v1alpha1_MemberObservation_To_kollect_MemberObservation is an autogenerated conversion function.
+func Convert_v1alpha1_MemberObservation_To_kollect_MemberObservation(in *MemberObservation, out *kollect.MemberObservation, s conversion.Scope) error {
+	return autoConvert_v1alpha1_MemberObservation_To_kollect_MemberObservation(in, out, s)
+}
+
+func autoConvert_kollect_MemberObservation_To_v1alpha1_MemberObservation(in *kollect.MemberObservation, out *MemberObservation, s conversion.Scope) error {
+	out.ObservedGeneration = in.ObservedGeneration
+	out.Owner = in.Owner
+	out.Reachable = in.Reachable
+	out.ServerVersion = in.ServerVersion
+	out.ItemCount = in.ItemCount
+	out.LastSyncTime = (*v1.Time)(unsafe.Pointer(in.LastSyncTime))
+	out.UnreachableSince = (*v1.Time)(unsafe.Pointer(in.UnreachableSince))
+	out.ErrorClass = in.ErrorClass
+	out.LastError = in.LastError
+	return nil
+}
+
+// Convert_kollect_MemberObservation_To_v1alpha1_MemberObservation is an autogenerated conversion function.
+func Convert_kollect_MemberObservation_To_v1alpha1_MemberObservation(in *kollect.MemberObservation, out *MemberObservation, s conversion.Scope) error {
+	return autoConvert_kollect_MemberObservation_To_v1alpha1_MemberObservation(in, out, s)
 }
 
 func autoConvert_v1alpha1_NATSSinkConfig_To_kollect_NATSSinkConfig(in *NATSSinkConfig, out *kollect.NATSSinkConfig, s conversion.Scope) error {
@@ -1908,6 +2160,30 @@ func autoConvert_kollect_ScopeSpec_To_v1alpha1_ScopeSpec(in *kollect.ScopeSpec, 
 // Convert_kollect_ScopeSpec_To_v1alpha1_ScopeSpec is an autogenerated conversion function.
 func Convert_kollect_ScopeSpec_To_v1alpha1_ScopeSpec(in *kollect.ScopeSpec, out *ScopeSpec, s conversion.Scope) error {
 	return autoConvert_kollect_ScopeSpec_To_v1alpha1_ScopeSpec(in, out, s)
+}
+
+func autoConvert_v1alpha1_SecretKeyReference_To_kollect_SecretKeyReference(in *SecretKeyReference, out *kollect.SecretKeyReference, s conversion.Scope) error {
+	out.Namespace = in.Namespace
+	out.Name = in.Name
+	out.Key = in.Key
+	return nil
+}
+
+// Convert_v1alpha1_SecretKeyReference_To_kollect_SecretKeyReference is an autogenerated conversion function.
+func Convert_v1alpha1_SecretKeyReference_To_kollect_SecretKeyReference(in *SecretKeyReference, out *kollect.SecretKeyReference, s conversion.Scope) error {
+	return autoConvert_v1alpha1_SecretKeyReference_To_kollect_SecretKeyReference(in, out, s)
+}
+
+func autoConvert_kollect_SecretKeyReference_To_v1alpha1_SecretKeyReference(in *kollect.SecretKeyReference, out *SecretKeyReference, s conversion.Scope) error {
+	out.Namespace = in.Namespace
+	out.Name = in.Name
+	out.Key = in.Key
+	return nil
+}
+
+// Convert_kollect_SecretKeyReference_To_v1alpha1_SecretKeyReference is an autogenerated conversion function.
+func Convert_kollect_SecretKeyReference_To_v1alpha1_SecretKeyReference(in *kollect.SecretKeyReference, out *SecretKeyReference, s conversion.Scope) error {
+	return autoConvert_kollect_SecretKeyReference_To_v1alpha1_SecretKeyReference(in, out, s)
 }
 
 func autoConvert_v1alpha1_Serialization_To_kollect_Serialization(in *Serialization, out *kollect.Serialization, s conversion.Scope) error {

@@ -27,6 +27,11 @@ func (in Attribute) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ClusterCollection) OpenAPIModelName() string {
+	return "dev.kollect.v1alpha1.ClusterCollection"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ClusterInventory) OpenAPIModelName() string {
 	return "dev.kollect.v1alpha1.ClusterInventory"
 }
@@ -182,6 +187,31 @@ func (in LocalObjectReference) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MemberCluster) OpenAPIModelName() string {
+	return "dev.kollect.v1alpha1.MemberCluster"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MemberClusterList) OpenAPIModelName() string {
+	return "dev.kollect.v1alpha1.MemberClusterList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MemberClusterSpec) OpenAPIModelName() string {
+	return "dev.kollect.v1alpha1.MemberClusterSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MemberClusterStatus) OpenAPIModelName() string {
+	return "dev.kollect.v1alpha1.MemberClusterStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in MemberObservation) OpenAPIModelName() string {
+	return "dev.kollect.v1alpha1.MemberObservation"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NATSSinkConfig) OpenAPIModelName() string {
 	return "dev.kollect.v1alpha1.NATSSinkConfig"
 }
@@ -249,6 +279,11 @@ func (in ScopeList) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ScopeSpec) OpenAPIModelName() string {
 	return "dev.kollect.v1alpha1.ScopeSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SecretKeyReference) OpenAPIModelName() string {
+	return "dev.kollect.v1alpha1.SecretKeyReference"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

@@ -99,6 +99,16 @@ var schemaYAML = typed.YAMLObject(`types:
     elementType:
       namedType: __untyped_deduced_
     elementRelationship: separable
+- name: dev.kollect.kollect.pkg.apis.kollect.v1alpha1.MemberCluster
+  scalar: untyped
+  list:
+    elementType:
+      namedType: __untyped_atomic_
+    elementRelationship: atomic
+  map:
+    elementType:
+      namedType: __untyped_deduced_
+    elementRelationship: separable
 - name: dev.kollect.kollect.pkg.apis.kollect.v1alpha1.Profile
   scalar: untyped
   list:

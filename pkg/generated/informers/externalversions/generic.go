@@ -69,6 +69,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Kollect().V1alpha1().Inventories().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("inventoryitems"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Kollect().V1alpha1().InventoryItems().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("memberclusters"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Kollect().V1alpha1().MemberClusters().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("profiles"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Kollect().V1alpha1().Profiles().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("scopes"):

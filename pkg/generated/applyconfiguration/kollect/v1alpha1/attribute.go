@@ -35,6 +35,10 @@ type AttributeApplyConfiguration struct {
 	// optional attributes are left out of an item when the path matches
 	// nothing; a required attribute that matches nothing fails the item.
 	Optional *bool `json:"optional,omitempty"`
+	// selectable makes the attribute a field selector on the items
+	// (attributes.<name>) when its value is a string, number or boolean.
+	// At most 8 per Profile.
+	Selectable *bool `json:"selectable,omitempty"`
 }
 
 // AttributeApplyConfiguration constructs a declarative configuration of the Attribute type for use with
@@ -64,5 +68,13 @@ func (b *AttributeApplyConfiguration) WithPath(value string) *AttributeApplyConf
 // If called multiple times, the Optional field is set to the value of the last call.
 func (b *AttributeApplyConfiguration) WithOptional(value bool) *AttributeApplyConfiguration {
 	b.Optional = &value
+	return b
+}
+
+// WithSelectable sets the Selectable field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Selectable field is set to the value of the last call.
+func (b *AttributeApplyConfiguration) WithSelectable(value bool) *AttributeApplyConfiguration {
+	b.Selectable = &value
 	return b
 }

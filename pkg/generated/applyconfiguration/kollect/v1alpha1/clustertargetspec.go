@@ -41,6 +41,10 @@ type ClusterTargetSpecApplyConfiguration struct {
 	LabelSelector *v1.LabelSelectorApplyConfiguration `json:"labelSelector,omitempty"`
 	// names, when set, restricts collection to objects with these names. At most 1000.
 	Names []string `json:"names,omitempty"`
+	// clusterSelector selects the MemberClusters collected from by their
+	// labels; the requester needs `use` on each. Absent collects from the
+	// host cluster only; an empty selector selects every MemberCluster.
+	ClusterSelector *v1.LabelSelectorApplyConfiguration `json:"clusterSelector,omitempty"`
 	// suspend stops collection and keeps the items already collected.
 	Suspend *bool `json:"suspend,omitempty"`
 }
@@ -102,6 +106,14 @@ func (b *ClusterTargetSpecApplyConfiguration) WithNames(values ...string) *Clust
 	for i := range values {
 		b.Names = append(b.Names, values[i])
 	}
+	return b
+}
+
+// WithClusterSelector sets the ClusterSelector field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ClusterSelector field is set to the value of the last call.
+func (b *ClusterTargetSpecApplyConfiguration) WithClusterSelector(value *v1.LabelSelectorApplyConfiguration) *ClusterTargetSpecApplyConfiguration {
+	b.ClusterSelector = value
 	return b
 }
 

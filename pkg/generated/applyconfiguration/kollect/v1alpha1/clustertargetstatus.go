@@ -39,6 +39,9 @@ type ClusterTargetStatusApplyConfiguration struct {
 	Requester *RequesterInfoApplyConfiguration `json:"requester,omitempty"`
 	// matchedNamespaces are the namespaces currently collected from, sorted.
 	MatchedNamespaces []string `json:"matchedNamespaces,omitempty"`
+	// clusters are the collections from the MemberClusters the
+	// clusterSelector selects, one per member, sorted by name.
+	Clusters []ClusterCollectionApplyConfiguration `json:"clusters,omitempty"`
 }
 
 // ClusterTargetStatusApplyConfiguration constructs a declarative configuration of the ClusterTargetStatus type for use with
@@ -90,6 +93,19 @@ func (b *ClusterTargetStatusApplyConfiguration) WithRequester(value *RequesterIn
 func (b *ClusterTargetStatusApplyConfiguration) WithMatchedNamespaces(values ...string) *ClusterTargetStatusApplyConfiguration {
 	for i := range values {
 		b.MatchedNamespaces = append(b.MatchedNamespaces, values[i])
+	}
+	return b
+}
+
+// WithClusters adds the given value to the Clusters field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Clusters field.
+func (b *ClusterTargetStatusApplyConfiguration) WithClusters(values ...*ClusterCollectionApplyConfiguration) *ClusterTargetStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithClusters")
+		}
+		b.Clusters = append(b.Clusters, *values[i])
 	}
 	return b
 }

@@ -66,6 +66,10 @@ type InventoryItemListerExpansion interface{}
 // InventoryItemNamespaceLister.
 type InventoryItemNamespaceListerExpansion interface{}
 
+// MemberClusterListerExpansion allows custom methods to be added to
+// MemberClusterLister.
+type MemberClusterListerExpansion interface{}
+
 // ProfileListerExpansion allows custom methods to be added to
 // ProfileLister.
 type ProfileListerExpansion interface{}

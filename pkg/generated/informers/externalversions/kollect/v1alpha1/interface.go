@@ -40,6 +40,8 @@ type Interface interface {
 	Inventories() InventoryInformer
 	// InventoryItems returns a InventoryItemInformer.
 	InventoryItems() InventoryItemInformer
+	// MemberClusters returns a MemberClusterInformer.
+	MemberClusters() MemberClusterInformer
 	// Profiles returns a ProfileInformer.
 	Profiles() ProfileInformer
 	// Scopes returns a ScopeInformer.
@@ -99,6 +101,11 @@ func (v *version) Inventories() InventoryInformer {
 // InventoryItems returns a InventoryItemInformer.
 func (v *version) InventoryItems() InventoryItemInformer {
 	return &inventoryItemInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// MemberClusters returns a MemberClusterInformer.
+func (v *version) MemberClusters() MemberClusterInformer {
+	return &memberClusterInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // Profiles returns a ProfileInformer.

@@ -34,6 +34,8 @@ type InventoryExpansion interface{}
 
 type InventoryItemExpansion interface{}
 
+type MemberClusterExpansion interface{}
+
 type ProfileExpansion interface{}
 
 type ScopeExpansion interface{}

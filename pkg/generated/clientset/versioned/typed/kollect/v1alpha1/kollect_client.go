@@ -36,6 +36,7 @@ type KollectV1alpha1Interface interface {
 	EventSinksGetter
 	InventoriesGetter
 	InventoryItemsGetter
+	MemberClustersGetter
 	ProfilesGetter
 	ScopesGetter
 	SnapshotSinksGetter
@@ -77,6 +78,10 @@ func (c *KollectV1alpha1Client) Inventories(namespace string) InventoryInterface
 
 func (c *KollectV1alpha1Client) InventoryItems(namespace string) InventoryItemInterface {
 	return newInventoryItems(c, namespace)
+}
+
+func (c *KollectV1alpha1Client) MemberClusters() MemberClusterInterface {
+	return newMemberClusters(c)
 }
 
 func (c *KollectV1alpha1Client) Profiles(namespace string) ProfileInterface {

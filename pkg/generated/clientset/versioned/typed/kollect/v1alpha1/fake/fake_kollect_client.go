@@ -60,6 +60,10 @@ func (c *FakeKollectV1alpha1) InventoryItems(namespace string) v1alpha1.Inventor
 	return newFakeInventoryItems(c, namespace)
 }
 
+func (c *FakeKollectV1alpha1) MemberClusters() v1alpha1.MemberClusterInterface {
+	return newFakeMemberClusters(c)
+}
+
 func (c *FakeKollectV1alpha1) Profiles(namespace string) v1alpha1.ProfileInterface {
 	return newFakeProfiles(c, namespace)
 }
