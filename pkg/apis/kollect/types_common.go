@@ -243,6 +243,9 @@ const (
 	ConditionSynced = "Synced"
 	// ConditionDegraded is True when part of what the object declares cannot be done.
 	ConditionDegraded = "Degraded"
+	// ConditionReachable is True when a MemberCluster's API server answered
+	// the owning replica's last check.
+	ConditionReachable = "Reachable"
 
 	ReasonExported         = "Exported"
 	ReasonPartiallySynced  = "PartiallySynced"
@@ -285,6 +288,12 @@ const (
 	ReasonProbeSucceeded = "ProbeSucceeded"
 	ReasonProbeFailed    = "ProbeFailed"
 	ReasonNotProbed      = "NotProbed"
+	// ReasonReachable and ReasonUnreachable: a MemberCluster's API server
+	// answered, or did not (its report named no finer errorClass).
+	ReasonReachable   = "Reachable"
+	ReasonUnreachable = "Unreachable"
+	// ReasonCollecting: a reachable MemberCluster is collected from.
+	ReasonCollecting = "Collecting"
 )
 
 // Annotations and labels the server understands.
@@ -313,6 +322,9 @@ const (
 	LabelSourceKind = "kollect.dev/source-kind"
 	// LabelSourceGroup is the API group of the collected object ("core" for the core group).
 	LabelSourceGroup = "kollect.dev/source-group"
+	// LabelCluster is the cluster the collected object lives in, as in
+	// source.cluster: the host's --cluster-name or a MemberCluster's name.
+	LabelCluster = "kollect.dev/cluster"
 	// LabelWatch, "enabled" or "disabled", on objects and namespaces opts them
 	// in or out of collection; the object's label wins over its namespace's.
 	LabelWatch = "kollect.dev/watch"

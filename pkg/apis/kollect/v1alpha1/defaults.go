@@ -26,6 +26,8 @@ const (
 	DefaultSignatureHeader  = "X-Kollect-Signature"
 	DefaultWebhookTimeout   = 10 * time.Second
 	DefaultWebhookAttempts  = 5
+	// DefaultKubeconfigKey is the key of a member's kubeconfig Secret.
+	DefaultKubeconfigKey = "kubeconfig"
 )
 
 func addDefaultingFuncs(scheme *runtime.Scheme) error {
@@ -151,6 +153,13 @@ func SetDefaults_WebhookSinkConfig(obj *WebhookSinkConfig) {
 	}
 	if obj.MaxAttempts == 0 {
 		obj.MaxAttempts = DefaultWebhookAttempts
+	}
+}
+
+// SetDefaults_MemberClusterSpec defaults the key of the kubeconfig Secret.
+func SetDefaults_MemberClusterSpec(obj *MemberClusterSpec) {
+	if obj.KubeconfigSecretRef.Key == "" {
+		obj.KubeconfigSecretRef.Key = DefaultKubeconfigKey
 	}
 }
 

@@ -35,6 +35,8 @@ func RegisterDefaults(scheme *runtime.Scheme) error {
 	scheme.AddTypeDefaultingFunc(&DatabaseSinkList{}, func(obj interface{}) { SetObjectDefaults_DatabaseSinkList(obj.(*DatabaseSinkList)) })
 	scheme.AddTypeDefaultingFunc(&EventSink{}, func(obj interface{}) { SetObjectDefaults_EventSink(obj.(*EventSink)) })
 	scheme.AddTypeDefaultingFunc(&EventSinkList{}, func(obj interface{}) { SetObjectDefaults_EventSinkList(obj.(*EventSinkList)) })
+	scheme.AddTypeDefaultingFunc(&MemberCluster{}, func(obj interface{}) { SetObjectDefaults_MemberCluster(obj.(*MemberCluster)) })
+	scheme.AddTypeDefaultingFunc(&MemberClusterList{}, func(obj interface{}) { SetObjectDefaults_MemberClusterList(obj.(*MemberClusterList)) })
 	scheme.AddTypeDefaultingFunc(&Profile{}, func(obj interface{}) { SetObjectDefaults_Profile(obj.(*Profile)) })
 	scheme.AddTypeDefaultingFunc(&ProfileList{}, func(obj interface{}) { SetObjectDefaults_ProfileList(obj.(*ProfileList)) })
 	scheme.AddTypeDefaultingFunc(&SnapshotSink{}, func(obj interface{}) { SetObjectDefaults_SnapshotSink(obj.(*SnapshotSink)) })
@@ -81,6 +83,17 @@ func SetObjectDefaults_EventSinkList(in *EventSinkList) {
 	for i := range in.Items {
 		a := &in.Items[i]
 		SetObjectDefaults_EventSink(a)
+	}
+}
+
+func SetObjectDefaults_MemberCluster(in *MemberCluster) {
+	SetDefaults_MemberClusterSpec(&in.Spec)
+}
+
+func SetObjectDefaults_MemberClusterList(in *MemberClusterList) {
+	for i := range in.Items {
+		a := &in.Items[i]
+		SetObjectDefaults_MemberCluster(a)
 	}
 }
 
