@@ -308,3 +308,21 @@ func validInventoryStatus() *kollect.InventoryStatus {
 		SinksSynced: "1/3",
 	}
 }
+
+func validMemberCluster() *kollect.MemberCluster {
+	return &kollect.MemberCluster{
+		ObjectMeta: clusterMeta("east"),
+		Spec: kollect.MemberClusterSpec{
+			KubeconfigSecretRef: kollect.SecretKeyReference{Namespace: "kollect-system", Name: "east-kubeconfig", Key: "kubeconfig"},
+		},
+	}
+}
+
+func validMemberClusterStatus() *kollect.MemberClusterStatus {
+	since := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	return &kollect.MemberClusterStatus{
+		ObservedGeneration: 1,
+		Collection: &kollect.MemberObservation{ObservedGeneration: 1, Owner: "kollect-apiserver-0", ServerVersion: "v1.36.3",
+			ItemCount: 12, UnreachableSince: &since, ErrorClass: "TLSError", LastError: "x509: certificate signed by unknown authority"},
+	}
+}

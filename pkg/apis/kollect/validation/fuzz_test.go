@@ -97,11 +97,29 @@ func FuzzValidateSinks(f *testing.F) {
 }
 
 func FuzzValidateScopesAndItems(f *testing.F) {
-	addSeeds(f, validScope(), validClusterScope(), validInventoryItem(), validClusterInventoryItem())
+	withSelectable := validInventoryItem()
+	withSelectable.Source.Cluster, withSelectable.SelectableAttributes = "east", []string{"replicas"}
+	addSeeds(f, validScope(), validClusterScope(), validInventoryItem(), validClusterInventoryItem(), withSelectable)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		validateDecoded(t, data, asUpdate(ValidateScopeUpdate))
 		validateDecoded(t, data, asUpdate(ValidateClusterScopeUpdate))
 		validateDecoded(t, data, asUpdateOf(validInventoryItem, ValidateInventoryItemUpdate))
 		validateDecoded(t, data, asUpdate(ValidateClusterInventoryItemUpdate))
+	})
+}
+
+func FuzzValidateMemberCluster(f *testing.F) {
+	addSeeds(f, validMemberCluster(), &kollect.MemberCluster{ObjectMeta: clusterMeta("east"), Status: *validMemberClusterStatus()})
+	f.Add([]byte(`{"spec":{"kubeconfigSecretRef":{"namespace":"a","name":"b","key":"../c"}},"status":{"collection":{"reachable":true,"unreachableSince":"2026-01-01T00:00:00Z","errorClass":"x y"}}}`))
+	f.Add([]byte(`{"spec":{"clusterSelector":{"matchLabels":{"region":"eu"}}},"status":{"clusters":[{"name":"east"},{"name":"east","unreachableSince":"2026-01-01T00:00:00Z"}]}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		validateDecoded(t, data, ValidateMemberCluster, asUpdateOf(validMemberCluster, ValidateMemberClusterUpdate),
+			func(m *kollect.MemberCluster) field.ErrorList {
+				return ValidateMemberClusterStatus(&m.Status, statusPath)
+			})
+		validateDecoded(t, data, asUpdate(ValidateClusterTargetUpdate),
+			func(t *kollect.ClusterTarget) field.ErrorList {
+				return ValidateClusterTargetStatus(&t.Status, statusPath)
+			})
 	})
 }

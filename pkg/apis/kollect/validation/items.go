@@ -7,6 +7,7 @@ import (
 
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
@@ -23,13 +24,14 @@ type itemContent struct {
 	source     *kollect.ItemSource
 	attributes map[string]kollect.Value
 	object     *kollect.Value
+	selectable []string
 	hash       string
 }
 
 // ValidateInventoryItem validates an InventoryItem on creation.
 func ValidateInventoryItem(obj *kollect.InventoryItem) field.ErrorList {
 	errs := validateNamespacedMeta(&obj.ObjectMeta)
-	errs = append(errs, itemContent{&obj.Source, obj.Attributes, obj.Object, obj.Hash}.validate()...)
+	errs = append(errs, itemContent{&obj.Source, obj.Attributes, obj.Object, obj.SelectableAttributes, obj.Hash}.validate()...)
 	if ns := obj.Source.Namespace; ns != "" && ns != obj.Namespace {
 		errs = append(errs, field.Invalid(sourcePath.Child("namespace"), ns, "must be the item's own namespace, "+obj.Namespace))
 	}
@@ -46,7 +48,7 @@ func ValidateInventoryItemUpdate(obj, old *kollect.InventoryItem) field.ErrorLis
 // ValidateClusterInventoryItem validates a ClusterInventoryItem on creation.
 func ValidateClusterInventoryItem(obj *kollect.ClusterInventoryItem) field.ErrorList {
 	errs := validateClusterMeta(&obj.ObjectMeta)
-	errs = append(errs, itemContent{&obj.Source, obj.Attributes, obj.Object, obj.Hash}.validate()...)
+	errs = append(errs, itemContent{&obj.Source, obj.Attributes, obj.Object, obj.SelectableAttributes, obj.Hash}.validate()...)
 	if ns := obj.Source.Namespace; ns != "" {
 		errs = append(errs, validateNamespaceName(ns, sourcePath.Child("namespace"))...)
 	}
@@ -80,14 +82,39 @@ func (c itemContent) validate() field.ErrorList {
 	if c.object != nil {
 		errs = append(errs, validateValue(*c.object, field.NewPath("object"))...)
 	}
+	errs = append(errs, c.validateSelectable()...)
 	if c.hash != "" && !hashRegexp.MatchString(c.hash) {
 		errs = append(errs, field.Invalid(field.NewPath("hash"), c.hash, "must be a lower-case hex SHA-256 digest of 64 characters"))
 	}
 	return errs
 }
 
+// validateSelectable checks that each selectable attribute is one of the
+// item's attributes, once, with a scalar value: the field selector
+// attributes.<name> matches that value's text.
+func (c itemContent) validateSelectable() field.ErrorList {
+	fldPath := field.NewPath("selectableAttributes")
+	if len(c.selectable) > kollect.MaxSelectableAttributes {
+		return field.ErrorList{field.TooMany(fldPath, len(c.selectable), kollect.MaxSelectableAttributes)}
+	}
+	return validateUnique(c.selectable, fldPath.Index, func(name string, p *field.Path) field.ErrorList {
+		v, ok := c.attributes[name]
+		_, scalar := kollect.AttributeFieldValue(v)
+		switch {
+		case !ok:
+			return field.ErrorList{field.Invalid(p, name, "must name one of the item's attributes")}
+		case !scalar:
+			return field.ErrorList{field.Invalid(p, name, "the attribute's value must be a string, a number or a boolean")}
+		}
+		return nil
+	})
+}
+
 func validateSource(source *kollect.ItemSource, fldPath *field.Path) field.ErrorList {
 	var errs field.ErrorList
+	if source.Cluster != "" {
+		errs = append(errs, invalid(fldPath.Child("cluster"), source.Cluster, utilvalidation.IsDNS1123Label(source.Cluster))...)
+	}
 	apiVersionPath := fldPath.Child("apiVersion")
 	if source.APIVersion == "" {
 		errs = append(errs, field.Required(apiVersionPath, ""))

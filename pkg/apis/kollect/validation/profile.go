@@ -2,6 +2,7 @@ package validation
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -26,6 +27,7 @@ func ValidateProfile(obj *kollect.Profile) field.ErrorList {
 	errs = append(errs, validateTargetGVK(obj.Spec.TargetGVK, specPath.Child("targetGVK"))...)
 	errs = append(errs, validateSecretsOptIn(obj)...)
 	errs = append(errs, validateAttributes(obj.Spec.Attributes, specPath.Child("attributes"))...)
+	errs = append(errs, validateSelectable(obj.Spec.Attributes, obj.Spec.Export.Mode, specPath.Child("attributes"))...)
 	return append(errs, validateProfileExport(&obj.Spec, specPath)...)
 }
 
@@ -86,6 +88,28 @@ func validateAttributes(attrs []kollect.Attribute, fldPath *field.Path) field.Er
 			// The checker is busy or down: each further path would wait
 			// for it again.
 			break
+		}
+	}
+	return errs
+}
+
+// validateSelectable bounds the selectable attributes, which only items in
+// Attributes mode carry: every list of a Profile's items computes one field
+// per selectable attribute of each item it reads.
+func validateSelectable(attrs []kollect.Attribute, mode kollect.ExportMode, fldPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	n := 0
+	for i, attr := range attrs {
+		if !attr.Selectable {
+			continue
+		}
+		p := fldPath.Index(i).Child("selectable")
+		if mode == kollect.ExportModeResource {
+			errs = append(errs, field.Forbidden(p, "only a Profile in Attributes mode has selectable attributes: in Resource mode items carry the object, not attributes"))
+			continue
+		}
+		if n++; n > kollect.MaxSelectableAttributes {
+			errs = append(errs, field.Forbidden(p, fmt.Sprintf("at most %d attributes of a Profile may be selectable, and this is selectable attribute number %d", kollect.MaxSelectableAttributes, n)))
 		}
 	}
 	return errs

@@ -89,7 +89,23 @@ func ValidateTargetStatus(status *kollect.TargetStatus, fldPath *field.Path) fie
 func ValidateClusterTargetStatus(status *kollect.ClusterTargetStatus, fldPath *field.Path) field.ErrorList {
 	errs := validateStatusCommon(status.ObservedGeneration, status.Conditions, fldPath)
 	errs = append(errs, validateCollection(status.Collection, fldPath.Child("collection"))...)
-	return append(errs, validateUnique(status.MatchedNamespaces, fldPath.Child("matchedNamespaces").Index, validateNamespaceName)...)
+	errs = append(errs, validateUnique(status.MatchedNamespaces, fldPath.Child("matchedNamespaces").Index, validateNamespaceName)...)
+	return append(errs, validateClusterCollections(status.Clusters, fldPath.Child("clusters"))...)
+}
+
+// validateClusterCollections checks the per-member reports of a
+// ClusterTarget, keyed by the member's name.
+func validateClusterCollections(clusters []kollect.ClusterCollection, fldPath *field.Path) field.ErrorList {
+	names := make([]string, len(clusters))
+	for i := range clusters {
+		names[i] = clusters[i].Name
+	}
+	namePath := func(i int) *field.Path { return fldPath.Index(i).Child("name") }
+	errs := validateUnique(names, namePath, validateMemberName)
+	for i := range clusters {
+		errs = append(errs, validateCollection(&clusters[i].Collection, fldPath.Index(i).Child("collection"))...)
+	}
+	return errs
 }
 
 func validateCollection(c *kollect.CollectionObservation, fldPath *field.Path) field.ErrorList {

@@ -28,6 +28,7 @@ func ValidateClusterTarget(obj *kollect.ClusterTarget) field.ErrorList {
 	errs = append(errs, validateSet(spec.IncludeNamespaces, maxNamespaces, validateNamespaceName, specPath.Child("includeNamespaces"))...)
 	errs = append(errs, validateSet(spec.ExcludeNamespaces, maxNamespaces, validateNamespaceName, specPath.Child("excludeNamespaces"))...)
 	errs = append(errs, validateSelector(spec.LabelSelector, specPath.Child("labelSelector"))...)
+	errs = append(errs, validateSelector(spec.ClusterSelector, specPath.Child("clusterSelector"))...)
 	return append(errs, validateSelectedNames(spec.Names, specPath.Child("names"))...)
 }
 

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"kollect.dev/kollect/pkg/apis/kollect"
 )
 
 // Options configures the checks that depend on how the server runs.
@@ -52,14 +54,13 @@ const (
 	// MaxMessageLength bounds status messages.
 	MaxMessageLength = 4096
 
-	maxPruneEntries       = 64
-	maxSelectedNames      = 1000
-	maxNamespaces         = 1000
-	maxScopeEntries       = 100
-	maxWebhookTimeout     = time.Minute
-	maxWebhookAttempts    = 20
-	maxKindLength         = 63
-	maxAttributeNameChars = 63
+	maxPruneEntries    = 64
+	maxSelectedNames   = 1000
+	maxNamespaces      = 1000
+	maxScopeEntries    = 100
+	maxWebhookTimeout  = time.Minute
+	maxWebhookAttempts = 20
+	maxKindLength      = 63
 )
 
 // Bounds of the lists Kubernetes itself leaves unbounded, so that a request
@@ -79,8 +80,7 @@ var (
 	metadataPath = field.NewPath("metadata")
 	specPath     = field.NewPath("spec")
 
-	kindRegexp          = regexp.MustCompile(`^[A-Z][A-Za-z0-9]*$`)
-	attributeNameRegexp = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_-]{0,62}$`)
+	kindRegexp = regexp.MustCompile(`^[A-Z][A-Za-z0-9]*$`)
 )
 
 func validateNamespacedMeta(meta *metav1.ObjectMeta) field.ErrorList {
@@ -156,9 +156,8 @@ func (r stringRule) validate(value string, fldPath *field.Path) field.ErrorList 
 var (
 	kindRule = stringRule{maxKindLength, kindRegexp.MatchString,
 		"must be a CamelCase kind such as Deployment: an upper-case letter followed by letters and digits"}
-	attributeNameRule = stringRule{maxAttributeNameChars, attributeNameRegexp.MatchString,
-		"must start with a letter followed by letters, digits, '_' or '-'"}
-	reasonRule = stringRule{maxKindLength, kindRegexp.MatchString, "must be a CamelCase word such as SinkNotFound"}
+	attributeNameRule = stringRule{kollect.MaxAttributeNameLength, kollect.IsAttributeName, kollect.AttributeNameRule}
+	reasonRule        = stringRule{maxKindLength, kindRegexp.MatchString, "must be a CamelCase word such as SinkNotFound"}
 )
 
 // validateKind checks a required CamelCase kind.

@@ -164,6 +164,12 @@ func TestValid(t *testing.T) {
 			return ValidateSinkStatus(&kollect.SinkStatus{Probe: &kollect.ProbeResult{Succeeded: true, LatencyMillis: 12}}, field.NewPath("status"))
 		},
 	}
+	expectValid(t, tests)
+}
+
+// expectValid runs each validation and wants no error.
+func expectValid(t *testing.T, tests map[string]func() field.ErrorList) {
+	t.Helper()
 	for name, validate := range tests {
 		t.Run(name, func(t *testing.T) {
 			if errs := validate(); len(errs) > 0 {
@@ -549,6 +555,12 @@ func TestInvalid(t *testing.T) {
 			return ValidateProfileStatus(&kollect.ProfileStatus{Resource: "Deployments"}, field.NewPath("status"))
 		}, []fieldErr{{"status.resource", invalid}}},
 	}
+	expectErrors(t, tests)
+}
+
+// expectErrors runs each case and wants exactly its errors, by path and type.
+func expectErrors(t *testing.T, tests []invalidCase) {
+	t.Helper()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := fieldErrs(tc.validate())
