@@ -57,6 +57,11 @@ var DefaultControllers = []string{
 	"root-ca-certificate-publisher-controller",
 }
 
+// TokenController is the kube-controller-manager controller that puts a
+// token into Secrets of type kubernetes.io/service-account-token. It is not
+// among DefaultControllers; tests of long-lived token Secrets add it.
+const TokenController = "serviceaccount-token-controller"
+
 // Options configure a local cluster.
 type Options struct {
 	// Dir holds all state (required): pki/, etcd/, logs/, kubeconfig,
@@ -572,6 +577,8 @@ func (c *Cluster) startControllerManager(ctx context.Context) (*Process, error) 
 			"--leader-elect=false",
 			"--use-service-account-credentials=true",
 			"--root-ca-file=" + c.certs.CA.CertFile,
+			// Read only by TokenController, when a test turns it on.
+			"--service-account-private-key-file=" + c.certs.ServiceAccountKeyFile,
 			"--controllers=" + strings.Join(DefaultControllers, ","),
 		}
 		args = append(args, c.opts.ControllerManagerArgs...)

@@ -81,9 +81,12 @@
 // namespace deletion, default ServiceAccounts, garbage collection,
 // kube-root-ca.crt). So: Deployments and other workloads are stored, with
 // no ReplicaSets or Pods behind them; Pods are never scheduled; Services
-// get ClusterIPs but no endpoints, and nothing routes to them; no
-// ServiceAccount token Secrets are created (use ServiceAccountToken /
-// ServiceAccountKubeconfig, which call the TokenRequest API); the built-in
+// get ClusterIPs but no endpoints, and nothing routes to them; Secrets of
+// type kubernetes.io/service-account-token get no token (use
+// ServiceAccountToken / ServiceAccountKubeconfig, which call the
+// TokenRequest API, or add TokenController to --controllers through
+// Options.ControllerManagerArgs: kube-controller-manager has the
+// ServiceAccount signing key); the built-in
 // "kubernetes" Service has no endpoints (--endpoint-reconciler-type=none,
 // since its endpoint would be 127.0.0.1, which validation rejects). With
 // Options.NoControllerManager, also: aggregated ClusterRoles (view, edit,

@@ -53,6 +53,10 @@ type Options struct {
 	AllowedSinkCIDRs []string
 	// SinkDNSServer resolves sink host names instead of the system's resolver.
 	SinkDNSServer string
+	// AllowMemberExec lets member kubeconfigs use exec and auth-provider
+	// plugins, which run on this server (memberconfig.Options.AllowExec).
+	// Members' API servers follow the sink endpoint policy above.
+	AllowMemberExec bool
 	// FileSinkRoot is the directory file sinks write under, each
 	// namespace's in DIR/<namespace>; empty refuses file sinks.
 	FileSinkRoot string
@@ -126,6 +130,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"Allow sink endpoints on private, loopback, link-local and metadata addresses. Off by default so tenants cannot reach internal services through a sink.")
 	fs.StringSliceVar(&o.AllowedSinkCIDRs, "allowed-sink-cidrs", o.AllowedSinkCIDRs,
 		"Comma-separated CIDR prefixes (or addresses) sinks may reach although they are private, loopback or otherwise forbidden, such as an internal Git server's 10.20.30.0/24. Checked at admission and on every connection.")
+	fs.BoolVar(&o.AllowMemberExec, "allow-member-exec", o.AllowMemberExec,
+		"Allow the kubeconfigs of MemberClusters to use exec and auth-provider plugins. Off by default: they run commands on this server, chosen by whoever registers a member. Members' API servers obey the sink endpoint flags (--allow-private-sink-endpoints, --allowed-sink-cidrs).")
 	fs.StringVar(&o.SinkDNSServer, "sink-dns-server", o.SinkDNSServer,
 		"ip:port of a DNS server that resolves sink host names, at admission and for every connection, instead of the system's resolver (/etc/hosts still answers first).")
 	fs.StringVar(&o.FileSinkRoot, "file-sink-root", o.FileSinkRoot,
@@ -316,7 +322,7 @@ func (o *Options) Run(ctx context.Context) error {
 		}
 		installControllers(srv.GenericAPIServer, o.Controllers, host, leader.Configs{
 			Collect: collect.Config{Items: srv.Items, ClusterItems: srv.ClusterItems, Authorizer: authz, TenantMode: o.TenantMode, Quotas: o.Quotas,
-				Informers: srv.ListWatches, Mapper: srv.KindMapper},
+				Informers: srv.ListWatches, Mapper: srv.KindMapper, AllowMemberExec: o.AllowMemberExec, MemberDialer: cfg.ExtraConfig.Registry.SinkDialer},
 			Export: export.Config{StateDir: stateDir, FileSinkRoot: fileSinkRoot, AllowLocalGitSinks: o.AllowLocalGitSinks, Authorizer: authz, TenantMode: o.TenantMode, Dialer: cfg.ExtraConfig.Registry.SinkDialer,
 				SinkExports: srv.SinkExports, FirstEntries: &srv.FirstEntries.Slot, Informers: srv.ListWatches},
 		})

@@ -45,3 +45,19 @@ func TestSinkNetworkFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestAllowMemberExecFlag: member kubeconfigs may not run plugins unless
+// the server says so.
+func TestAllowMemberExecFlag(t *testing.T) {
+	for args, want := range map[string]bool{"": false, "--allow-member-exec": true, "--allow-member-exec=false": false} {
+		o := NewOptions()
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		o.AddFlags(fs)
+		if err := fs.Parse(strings.Fields(args)); err != nil {
+			t.Fatal(err)
+		}
+		if o.AllowMemberExec != want {
+			t.Errorf("%q: AllowMemberExec %v, want %v", args, o.AllowMemberExec, want)
+		}
+	}
+}

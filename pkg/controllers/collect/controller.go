@@ -78,6 +78,7 @@ import (
 	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/itemstore"
 	"kollect.dev/kollect/pkg/kindmapper"
+	"kollect.dev/kollect/pkg/netguard"
 	"kollect.dev/kollect/pkg/tenancy"
 )
 
@@ -159,6 +160,12 @@ type Config struct {
 	// enough that no other replica can have taken over: item writes wait
 	// for it. Nil: always (no leader election).
 	Holding func() bool
+	// AllowMemberExec (--allow-member-exec) and MemberDialer are what
+	// fleet mode turns MemberClusters' kubeconfigs into clients with
+	// (memberconfig.Options): MemberDialer is the sinks' dialer, so members
+	// follow the sink endpoint policy. Nothing reads them yet.
+	AllowMemberExec bool
+	MemberDialer    *netguard.Dialer
 }
 
 // errLeaseUnconfirmed refuses an item write while this replica cannot tell
