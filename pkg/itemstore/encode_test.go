@@ -70,7 +70,7 @@ func randomItem(r *rand.Rand) *kollect.InventoryItem {
 	it := &kollect.InventoryItem{
 		ObjectMeta: metav1.ObjectMeta{Name: "web-" + fmt.Sprint(r.IntN(1000)), Namespace: []string{"", "ns"}[r.IntN(2)],
 			UID: types.UID(randomString(r)), Generation: r.Int64N(3)},
-		Source: kollect.ItemSource{APIVersion: randomString(r), Kind: randomString(r), Namespace: randomString(r), Name: randomString(r),
+		Source: kollect.ItemSource{Cluster: []string{"", randomString(r)}[r.IntN(2)], APIVersion: randomString(r), Kind: randomString(r), Namespace: randomString(r), Name: randomString(r),
 			UID: types.UID(randomString(r)), ResourceVersion: randomString(r)},
 		Hash: randomString(r),
 	}
@@ -82,6 +82,9 @@ func randomItem(r *rand.Rand) *kollect.InventoryItem {
 		for range r.IntN(4) {
 			it.Labels[randomString(r)] = randomString(r)
 		}
+	}
+	for range r.IntN(3) {
+		it.SelectableAttributes = append(it.SelectableAttributes, randomString(r))
 	}
 	if r.IntN(3) > 0 {
 		it.Attributes = map[string]kollect.Value{}
@@ -111,13 +114,13 @@ func TestEncodeAsTheCodec(t *testing.T) {
 		kind := "InventoryItem"
 		if i%2 == 1 {
 			kind = "ClusterInventoryItem"
-			obj = &kollect.ClusterInventoryItem{ObjectMeta: item.ObjectMeta, Source: item.Source, Attributes: item.Attributes, Object: item.Object, Hash: item.Hash}
+			obj = &kollect.ClusterInventoryItem{ObjectMeta: item.ObjectMeta, Source: item.Source, Attributes: item.Attributes, Object: item.Object, SelectableAttributes: item.SelectableAttributes, Hash: item.Hash}
 		}
 		want, err := runtime.Encode(codec, obj)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := appendItem(nil, kind, &item.ObjectMeta, &item.Source, item.Attributes, item.Object, item.Hash)
+		got, err := appendItem(nil, kind, &item.ObjectMeta, &item.Source, item.Attributes, item.Object, item.SelectableAttributes, item.Hash)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +187,7 @@ func BenchmarkEncode(b *testing.B) {
 	}
 	b.Run("appendItem", func(b *testing.B) {
 		for b.Loop() {
-			_, _ = appendItem(nil, "InventoryItem", &item.ObjectMeta, &item.Source, item.Attributes, item.Object, item.Hash)
+			_, _ = appendItem(nil, "InventoryItem", &item.ObjectMeta, &item.Source, item.Attributes, item.Object, item.SelectableAttributes, item.Hash)
 		}
 	})
 	b.Run("validate", func(b *testing.B) {

@@ -170,8 +170,11 @@ func MayUse(ctx context.Context, authz authorizer.Authorizer, requester *v1alpha
 		return nil, fmt.Errorf("%s cannot be referenced", resource)
 	}
 	reason := kollect.ReasonSinkForbidden
-	if r == Profiles {
+	switch r {
+	case Profiles:
 		reason = kollect.ReasonProfileForbidden
+	case MemberClusters:
+		reason = kollect.ReasonMemberForbidden
 	}
 	if requester == nil {
 		return &Denial{Reason: reason, Message: noRequester}, nil
@@ -180,8 +183,12 @@ func MayUse(ctx context.Context, authz authorizer.Authorizer, requester *v1alpha
 	if allowed || err != nil {
 		return nil, err
 	}
-	msg := fmt.Sprintf("user %q, recorded as the requester, may no longer use %s %q in namespace %q (the verb %q on %s.%s): nothing more is done with it",
-		requester.Username, r.Kind, name, namespace, VerbUse, r.Resource, kollect.GroupName)
+	where := ""
+	if namespace != "" {
+		where = fmt.Sprintf(" in namespace %q", namespace)
+	}
+	msg := fmt.Sprintf("user %q, recorded as the requester, may no longer use %s %q%s (the verb %q on %s.%s): nothing more is done with it",
+		requester.Username, r.Kind, name, where, VerbUse, r.Resource, kollect.GroupName)
 	return &Denial{Reason: reason, Message: msg + why}, nil
 }
 
@@ -285,7 +292,7 @@ func ask(ctx context.Context, authz authorizer.Authorizer, requester *v1alpha1.R
 }
 
 func referencedByResource(resource string) (Referenced, bool) {
-	for _, r := range []Referenced{Profiles, SnapshotSinks, DatabaseSinks, EventSinks} {
+	for _, r := range []Referenced{Profiles, SnapshotSinks, DatabaseSinks, EventSinks, MemberClusters} {
 		if r.Resource == resource {
 			return r, true
 		}

@@ -261,6 +261,9 @@ const (
 	ReasonSinkForbidden    = "SinkForbidden"
 	ReasonProfileNotFound  = "ProfileNotFound"
 	ReasonProfileForbidden = "ProfileForbidden"
+	// ReasonMemberForbidden: the requester may not use a MemberCluster the
+	// clusterSelector selects; nothing is collected from it.
+	ReasonMemberForbidden = "MemberForbidden"
 	// ReasonSecretForbidden: the sink's requester may no longer get its
 	// Secret; the sink is not used until the grant returns or the sink is
 	// updated by someone who may.

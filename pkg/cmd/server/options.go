@@ -29,6 +29,7 @@ import (
 	"kollect.dev/kollect/pkg/apiserver"
 	"kollect.dev/kollect/pkg/controllers/collect"
 	"kollect.dev/kollect/pkg/controllers/export"
+	"kollect.dev/kollect/pkg/controllers/fleet"
 	"kollect.dev/kollect/pkg/controllers/leader"
 	"kollect.dev/kollect/pkg/embeddedetcd"
 	generatedopenapi "kollect.dev/kollect/pkg/generated/openapi"
@@ -322,9 +323,11 @@ func (o *Options) Run(ctx context.Context) error {
 		}
 		installControllers(srv.GenericAPIServer, o.Controllers, host, leader.Configs{
 			Collect: collect.Config{Items: srv.Items, ClusterItems: srv.ClusterItems, Authorizer: authz, TenantMode: o.TenantMode, Quotas: o.Quotas,
-				Informers: srv.ListWatches, Mapper: srv.KindMapper, AllowMemberExec: o.AllowMemberExec, MemberDialer: cfg.ExtraConfig.Registry.SinkDialer},
+				Informers: srv.ListWatches, Mapper: srv.KindMapper},
 			Export: export.Config{StateDir: stateDir, FileSinkRoot: fileSinkRoot, AllowLocalGitSinks: o.AllowLocalGitSinks, Authorizer: authz, TenantMode: o.TenantMode, Dialer: cfg.ExtraConfig.Registry.SinkDialer,
 				SinkExports: srv.SinkExports, FirstEntries: &srv.FirstEntries.Slot, Informers: srv.ListWatches},
+			// Members are reached under the sinks' endpoint policy.
+			Fleet: fleet.Config{Dialer: cfg.ExtraConfig.Registry.SinkDialer, AllowExec: o.AllowMemberExec},
 		})
 	}
 	if o.afterConfig != nil {

@@ -76,9 +76,17 @@ func (c *Collector) admit(ctx context.Context, v *targetObject, spec *targetSpec
 		if denied, err = tenancy.MayUse(ctx, c.cfg.Authorizer, v.requester, "profiles", v.profile.Namespace, v.profile.Name); denied != nil || err != nil {
 			return denied, nil, err
 		}
-		namespace := v.key.Namespace // a Target lists in its namespace, a ClusterTarget everywhere
-		if denied, err = tenancy.MayList(ctx, c.cfg.Authorizer, v.requester, spec.gvr, namespace); denied != nil || err != nil {
-			return denied, nil, err
+		if c.cfg.Member != nil {
+			// In a member, the member's own RBAC (its kubeconfig's user)
+			// bounds what is listed; the requester needs `use` on it.
+			if denied, err = tenancy.MayUse(ctx, c.cfg.Authorizer, v.requester, tenancy.MemberClusters.Resource, "", c.cfg.Cluster); denied != nil || err != nil {
+				return denied, nil, err
+			}
+		} else {
+			namespace := v.key.Namespace // a Target lists in its namespace, a ClusterTarget everywhere
+			if denied, err = tenancy.MayList(ctx, c.cfg.Authorizer, v.requester, spec.gvr, namespace); denied != nil || err != nil {
+				return denied, nil, err
+			}
 		}
 	}
 	if v.key.Cluster && spec.namespaced {

@@ -78,7 +78,6 @@ import (
 	kollectlisters "kollect.dev/kollect/pkg/generated/listers/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/itemstore"
 	"kollect.dev/kollect/pkg/kindmapper"
-	"kollect.dev/kollect/pkg/netguard"
 	"kollect.dev/kollect/pkg/tenancy"
 )
 
@@ -160,12 +159,27 @@ type Config struct {
 	// enough that no other replica can have taken over: item writes wait
 	// for it. Nil: always (no leader election).
 	Holding func() bool
-	// AllowMemberExec (--allow-member-exec) and MemberDialer are what
-	// fleet mode turns MemberClusters' kubeconfigs into clients with
-	// (memberconfig.Options): MemberDialer is the sinks' dialer, so members
-	// follow the sink endpoint policy. Nothing reads them yet.
-	AllowMemberExec bool
-	MemberDialer    *netguard.Dialer
+	// Cluster names the cluster collected from in every item
+	// (source.cluster, the kollect.dev/cluster label): the host's
+	// --cluster-name, or a MemberCluster's name.
+	Cluster string
+	// Member, when set, makes this the collector of the MemberCluster
+	// named Cluster; nil collects from the host cluster.
+	Member *Member
+}
+
+// Member is what the collector of a member cluster needs besides the
+// host's: it collects from Source, for the ClusterTargets whose
+// clusterSelector selects the MemberCluster (Targets and ClusterTargets
+// without a clusterSelector are the host's), reports in their
+// status.clusters, and keeps to its own cluster's items. Config.Mapper
+// resolves kinds in the member; Events and writes still go to the hub.
+type Member struct {
+	// Source reaches the member's API server.
+	Source *rest.Config
+	// UnreachableSince tells since when the member has not answered; zero
+	// while it answers. Its items are kept meanwhile.
+	UnreachableSince func() time.Time
 }
 
 // errLeaseUnconfirmed refuses an item write while this replica cannot tell
@@ -188,6 +202,7 @@ type Collector struct {
 	clusterTargetLister kollectlisters.ClusterTargetLister
 	scopeLister         kollectlisters.ScopeLister
 	clusterScopeLister  kollectlisters.ClusterScopeLister
+	memberLister        kollectlisters.MemberClusterLister
 	namespaces          corev1listers.NamespaceLister
 
 	events      *plumbing.EventRecorder
@@ -221,6 +236,9 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.Host == nil || cfg.Loopback == nil || cfg.Mapper == nil || cfg.Items == nil || cfg.ClusterItems == nil {
 		return nil, errors.New("the collector needs the host and loopback configurations, the kind mapper and both item stores")
 	}
+	if cfg.Member != nil && (cfg.Member.Source == nil || cfg.Cluster == "") {
+		return nil, errors.New("a member's collector needs the member's configuration and name")
+	}
 	if cfg.ResyncPeriod <= 0 {
 		cfg.ResyncPeriod = DefaultResyncPeriod
 	}
@@ -232,8 +250,20 @@ func New(cfg Config) (*Collector, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The collected objects and their Namespaces come from the source
+	// cluster: the host's, or the member's.
 	kube, kc := clients.Kube, clients.Kollect
-	hostJSON, err := rest.UnversionedRESTClientFor(dynamic.ConfigFor(clients.HostConfig))
+	sourceKube, sourceConfig := kube, clients.HostConfig
+	if cfg.Member != nil {
+		sourceConfig = rest.CopyConfig(cfg.Member.Source)
+		if sourceConfig.QPS == 0 {
+			sourceConfig.QPS, sourceConfig.Burst = 50, 100
+		}
+		if sourceKube, err = kubernetes.NewForConfig(sourceConfig); err != nil {
+			return nil, err
+		}
+	}
+	sourceJSON, err := rest.UnversionedRESTClientFor(dynamic.ConfigFor(sourceConfig))
 	if err != nil {
 		return nil, err
 	}
@@ -248,13 +278,13 @@ func New(cfg Config) (*Collector, error) {
 		objectQueue:      plumbing.NewQueue[queuedObject]("kollect_collect_objects"),
 		statusQueue:      plumbing.NewQueue[targetKey]("kollect_collect_status"),
 		targets:          newTargetSet(),
-		itemStore:        etcdItems{cfg.Items},
-		clusterItemStore: etcdItems{cfg.ClusterItems},
+		itemStore:        scopedItems{etcdItems{cfg.Items}, cfg.Cluster, cfg.Member == nil},
+		clusterItemStore: scopedItems{etcdItems{cfg.ClusterItems}, cfg.Cluster, cfg.Member == nil},
 		walkRequests:     make(chan struct{}, 1),
 	}
 	c.index = newItemIndex(c.queueObject, c.queueStatus)
 	c.walks = newWalkFeeder(c.objectQueue, workers)
-	c.informers = newInformerSet(hostJSON, cfg.Mapper, informerHandlers{
+	c.informers = newInformerSet(sourceJSON, cfg.Mapper, informerHandlers{
 		object:    c.objectEvent,
 		synced:    func(keys []targetKey) { c.queueTargets(keys) },
 		listError: func(keys []targetKey) { c.queueStatuses(keys) },
@@ -265,14 +295,17 @@ func New(cfg Config) (*Collector, error) {
 	// This server's kinds, in process when the server offers them.
 	c.kollectFactory = kollectinformers.NewSharedInformerFactory(kc, 0)
 	informers.InProcess(c.kollectFactory, cfg.Informers, &v1alpha1.Profile{}, &v1alpha1.Target{}, &v1alpha1.ClusterTarget{},
-		&v1alpha1.Scope{}, &v1alpha1.ClusterScope{})
+		&v1alpha1.Scope{}, &v1alpha1.ClusterScope{}, &v1alpha1.MemberCluster{})
 	api := c.kollectFactory.Kollect().V1alpha1()
 	c.profileLister = api.Profiles().Lister()
 	c.targetLister = api.Targets().Lister()
 	c.clusterTargetLister = api.ClusterTargets().Lister()
 	c.scopeLister = api.Scopes().Lister()
 	c.clusterScopeLister = api.ClusterScopes().Lister()
-	c.kubeFactory = kubeinformers.NewSharedInformerFactory(kube, 0)
+	if cfg.Member != nil {
+		c.memberLister = api.MemberClusters().Lister()
+	}
+	c.kubeFactory = kubeinformers.NewSharedInformerFactory(sourceKube, 0)
 	c.namespaces = c.kubeFactory.Core().V1().Namespaces().Lister()
 	if err := c.addHandlers(); err != nil {
 		return nil, err
@@ -297,6 +330,23 @@ func (c *Collector) addHandlers() error {
 			c.targetEvent(obj)
 		},
 		DeleteFunc: c.targetEvent,
+	}
+	if c.cfg.Member != nil {
+		if _, err := api.MemberClusters().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: c.memberEvent,
+			UpdateFunc: func(old, obj any) {
+				o, ok1 := old.(*v1alpha1.MemberCluster)
+				n, ok2 := obj.(*v1alpha1.MemberCluster)
+				if ok1 && ok2 && maps.Equal(o.Labels, n.Labels) && o.Spec.Suspend == n.Spec.Suspend &&
+					o.DeletionTimestamp.Equal(n.DeletionTimestamp) {
+					return
+				}
+				c.memberEvent(obj)
+			},
+			DeleteFunc: c.memberEvent,
+		}); err != nil {
+			return err
+		}
 	}
 	scopeHandler := cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.scopeEvent,
@@ -353,8 +403,10 @@ func (c *Collector) Run(ctx context.Context) error {
 		c.informers.stopAll()
 		c.kollectFactory.Shutdown()
 		c.kubeFactory.Shutdown()
-		metrics.Items.WithLabelValues("InventoryItem").Set(0)
-		metrics.Items.WithLabelValues("ClusterInventoryItem").Set(0)
+		// The item gauge sums every cluster's collector: take this one's out.
+		for _, key := range c.index.keys() {
+			c.index.remove(key)
+		}
 		logger.Info("Collector stopped")
 	}()
 

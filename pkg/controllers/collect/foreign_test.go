@@ -110,7 +110,7 @@ func foreignFixture(t *testing.T) (*Collector, *indexed, *fakeItems, objectKey, 
 	}
 	cfg := &targetSpec{fingerprint: "fp", extractor: ext, profile: types.NamespacedName{Namespace: "ns", Name: "configmaps"},
 		gvk: schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, gvr: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, namespaced: true, sel: sel}
-	cfg.labels = itemLabels(key, cfg)
+	cfg.labels = itemLabels(key, "", cfg)
 	cfg.labelsKey = labelsKey(cfg.labels)
 
 	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &source.Object{}, 0, cache.Indexers{cache.NamespaceIndex: source.NamespaceIndex})

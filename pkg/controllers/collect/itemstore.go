@@ -60,6 +60,7 @@ type desiredItem struct {
 	labelsKey       string // labelsKey(labels)
 	source          kollect.ItemSource
 	content         extract.Content
+	selectable      []string
 	hash            string
 }
 
@@ -68,6 +69,7 @@ type desiredItem struct {
 type storedItem struct {
 	namespace, name string
 	target          string // the item's kollect.dev/target label
+	cluster         string // source.cluster; empty in items stored before it
 	labels          string // labelsKey of the item's labels
 	objKey          string // namespace/name of the source object
 	sourceRV        string
@@ -81,6 +83,7 @@ func storedOf(st itemstore.Stored) storedItem {
 		namespace: st.Namespace,
 		name:      st.Name,
 		target:    st.Labels[labelTarget],
+		cluster:   st.Source.Cluster,
 		// The items of a target share their labels: one copy for all.
 		labels:   unique.Make(labelsKey(st.Labels)).Value(),
 		objKey:   objectKeyOf(st.Source.Namespace, st.Source.Name),
@@ -117,7 +120,7 @@ func (s etcdItems) kind() string { return s.store.Kind() }
 // wrong result.
 func (s etcdItems) put(ctx context.Context, item *desiredItem, exists bool) (bool, uint64, error) {
 	it := &itemstore.Item{Namespace: item.namespace, Name: item.name, Labels: item.labels, LabelsKey: item.labelsKey, Source: item.source,
-		Attributes: item.content.Attributes, Object: item.content.Object, Hash: item.hash}
+		Attributes: item.content.Attributes, Object: item.content.Object, SelectableAttributes: item.selectable, Hash: item.hash}
 	if exists {
 		rev, err := s.store.Update(ctx, it)
 		if !apierrors.IsNotFound(err) {
@@ -184,7 +187,7 @@ func namespaceOf(objKey string) string {
 }
 
 // itemLabels are the labels of a target's items.
-func itemLabels(key targetKey, spec *targetSpec) map[string]string {
+func itemLabels(key targetKey, cluster string, spec *targetSpec) map[string]string {
 	l := map[string]string{
 		labelTarget:     labelValue(key.Name),
 		labelProfile:    labelValue(spec.profile.Name),
@@ -195,6 +198,9 @@ func itemLabels(key targetKey, spec *targetSpec) map[string]string {
 		group = "core"
 	}
 	l[labelSourceGroup] = labelValue(group)
+	if cluster != "" {
+		l[kollect.LabelCluster] = cluster
+	}
 	if key.Cluster {
 		l[labelProfileNamespace] = spec.profile.Namespace
 	}
@@ -209,7 +215,16 @@ func labelsKey(l map[string]string) string {
 // deleteAllItems deletes every stored item of a target, read from storage
 // (not the index), a few at a time.
 func (c *Collector) deleteAllItems(ctx context.Context, key targetKey) error {
-	store := c.storeFor(key)
+	return c.deleteItemsOf(ctx, key, c.storeFor(key))
+}
+
+// deleteEveryClustersItems deletes the items of a target from every
+// cluster: the host's collector holds the items finalizer for all.
+func (c *Collector) deleteEveryClustersItems(ctx context.Context, key targetKey) error {
+	return c.deleteItemsOf(ctx, key, c.storeFor(key).(scopedItems).itemStore)
+}
+
+func (c *Collector) deleteItemsOf(ctx context.Context, key targetKey, store itemStore) error {
 	selector := labels.SelectorFromSet(labels.Set{labelTarget: labelValue(key.Name)})
 	var names []storedItem
 	if err := store.list(ctx, key.Namespace, selector, func(s storedItem) { names = append(names, s) }); err != nil {

@@ -114,9 +114,11 @@ func (c *Collector) syncStatus(ctx context.Context, key targetKey) error {
 	}
 	obs, namespaces := c.observation(key, &t, inf)
 	prev := t.reported
+	unreachable := c.unreachableSince().Truncate(time.Second)
 
 	// Nothing new, or only times that may wait: nothing to write.
-	if prev != nil && slices.Equal(t.reportedNamespaces, namespaces) && apiequality.Semantic.DeepEqual(withoutTimes(prev), withoutTimes(obs)) {
+	if prev != nil && slices.Equal(t.reportedNamespaces, namespaces) && t.reportedUnreachable.Equal(unreachable) &&
+		apiequality.Semantic.DeepEqual(withoutTimes(prev), withoutTimes(obs)) {
 		switch since := time.Since(t.reportedAt); {
 		case !timeEqual(prev.LastFullSyncTime, obs.LastFullSyncTime):
 		case timeEqual(prev.LastChangeTime, obs.LastChangeTime):
@@ -128,14 +130,14 @@ func (c *Collector) syncStatus(ctx context.Context, key targetKey) error {
 	}
 
 	// Write it; the registry derives the conditions in the same write.
-	if err := c.writeStatus(ctx, key, obs, namespaces); err != nil {
+	if err := c.writeStatus(ctx, key, obs, namespaces, unreachable); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		return err
 	}
 	c.targets.update(key, func(t *target) {
-		t.reported, t.reportedNamespaces, t.reportedAt = obs, namespaces, time.Now()
+		t.reported, t.reportedNamespaces, t.reportedAt, t.reportedUnreachable = obs, namespaces, time.Now(), unreachable
 	})
 
 	// A new failure is also a Warning Event.
@@ -148,7 +150,7 @@ func (c *Collector) syncStatus(ctx context.Context, key targetKey) error {
 // writeStatus applies status.collection (and matchedNamespaces) through
 // the status subresource; the registry derives the conditions in the same
 // write. Server-side apply needs no read first and never conflicts.
-func (c *Collector) writeStatus(ctx context.Context, key targetKey, obs *v1alpha1.CollectionObservation, namespaces []string) error {
+func (c *Collector) writeStatus(ctx context.Context, key targetKey, obs *v1alpha1.CollectionObservation, namespaces []string, unreachable time.Time) error {
 	col := applyv1alpha1.CollectionObservation().
 		WithObservedGeneration(obs.ObservedGeneration).
 		WithItemCount(obs.ItemCount).
@@ -168,8 +170,19 @@ func (c *Collector) writeStatus(ctx context.Context, key targetKey, obs *v1alpha
 	if obs.LastChangeTime != nil {
 		col.WithLastChangeTime(*obs.LastChangeTime)
 	}
-	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
+	opts := metav1.ApplyOptions{FieldManager: c.fieldManager(), Force: true}
 	api := c.kollect.KollectV1alpha1()
+	if c.cfg.Member != nil {
+		// A member's report is its entry of status.clusters, under its own
+		// field manager: the members' entries merge.
+		entry := applyv1alpha1.ClusterCollection().WithName(c.cfg.Cluster).WithCollection(col)
+		if !unreachable.IsZero() {
+			entry.WithUnreachableSince(metav1.NewTime(unreachable))
+		}
+		_, err := api.ClusterTargets().ApplyStatus(ctx,
+			applyv1alpha1.ClusterTarget(key.Name).WithStatus(applyv1alpha1.ClusterTargetStatus().WithClusters(entry)), opts)
+		return err
+	}
 	if key.Cluster {
 		status := applyv1alpha1.ClusterTargetStatus().WithCollection(col)
 		if len(namespaces) > 0 {

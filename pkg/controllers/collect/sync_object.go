@@ -70,7 +70,8 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) (err error) {
 
 	// Unchanged since its last extraction: nothing to do.
 	src := obj.Source()
-	name := extract.ItemName(k.target.Name, src)
+	src.Cluster = c.cfg.Cluster
+	name := c.itemName(k.target.Name, src)
 	same := had && oldName == name && old.labels == spec.labelsKey
 	if same && old.extractedWith == spec.fingerprint && old.sourceRV == src.ResourceVersion {
 		countWrite(store.kind(), metrics.OpSkip)
@@ -110,6 +111,7 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) (err error) {
 	}
 
 	// The same content hash: the stored item is right already.
+	content.Selectable = selectableIn(spec.selectable, content.Attributes)
 	hash := extract.Hash(src, content)
 	sum := hashOf(hash)
 	if same && old.hash == sum {
@@ -132,7 +134,8 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) (err error) {
 	}
 
 	// Write it, and index what was written.
-	item := &desiredItem{namespace: k.target.Namespace, name: name, labels: maps.Clone(spec.labels), labelsKey: spec.labelsKey, source: src, content: content, hash: hash}
+	item := &desiredItem{namespace: k.target.Namespace, name: name, labels: maps.Clone(spec.labels), labelsKey: spec.labelsKey, source: src, content: content, hash: hash,
+		selectable: content.Selectable}
 	c.index.beginWrite(t, name, &inflightWrite{objKey: objKey, hash: sum, labels: spec.labelsKey})
 	created, rv, err := store.put(ctx, item, had && oldName == name)
 	if replace && apierrors.IsInvalid(err) {

@@ -26,11 +26,18 @@ func (c *Collector) syncTarget(ctx context.Context, key targetKey) error {
 	}
 
 	// The registry adds the finalizer on create; restore one that an update
-	// removed, or that an object older than that rule never had.
-	if !v.finalizer {
+	// removed, or that an object older than that rule never had. The
+	// host's collector holds it for every cluster's items.
+	if !v.finalizer && c.cfg.Member == nil {
 		if err := c.setFinalizer(ctx, key, true); err != nil {
 			return err
 		}
+	}
+
+	// Another cluster's target, or a member no longer selected: this
+	// collector's items of it go.
+	if !c.serves(v) {
+		return c.leave(ctx, key, v)
 	}
 
 	// Compile what it collects (Profile, kind, selectors), reusing the last
@@ -50,7 +57,7 @@ func (c *Collector) syncTarget(ctx context.Context, key targetKey) error {
 	switch {
 	case reason == kollect.ReasonProfileNotFound:
 		metrics.Resolved(key.Kind(), "Profile", metrics.ResolutionNotFound)
-	case reason == "" && !v.suspend:
+	case reason == "" && !v.suspend && !c.memberSuspended():
 		var denied *tenancy.Denial
 		if denied, partial, err = c.admit(ctx, v, spec); err != nil {
 			return err
@@ -59,7 +66,8 @@ func (c *Collector) syncTarget(ctx context.Context, key targetKey) error {
 			reason, message = denied.Reason, denied.Message
 		}
 	}
-	collecting := reason == "" && !v.suspend
+	suspended := v.suspend || c.memberSuspended()
+	collecting := reason == "" && !suspended
 	if !collecting {
 		// Suspended or unable to: keep the items, stop changing them.
 		spec = nil
@@ -84,7 +92,7 @@ func (c *Collector) syncTarget(ctx context.Context, key targetKey) error {
 			// same failure.
 			t.reported = v.collection.DeepCopy()
 		}
-		t.spec, t.generation, t.suspended, t.partial = spec, v.generation, v.suspend, partial
+		t.spec, t.generation, t.suspended, t.partial = spec, v.generation, suspended, partial
 		t.reason, t.message = reason, message
 		if collecting {
 			t.kindRetry = 0
@@ -114,6 +122,9 @@ func (c *Collector) syncTarget(ctx context.Context, key targetKey) error {
 
 // finish handles a target that is gone or being deleted: it stops
 // collecting, deletes every item of the target, and removes the finalizer.
+// The host's collector deletes the items of every cluster before it
+// removes the finalizer; a member's deletes its own (what it wrote after
+// the host's deletion, say) and leaves the finalizer alone.
 func (c *Collector) finish(ctx context.Context, key targetKey, v *targetObject) error {
 	if !c.holding() {
 		return errLeaseUnconfirmed
@@ -122,6 +133,12 @@ func (c *Collector) finish(ctx context.Context, key targetKey, v *targetObject) 
 	c.walks.stop(key)
 	c.targets.remove(key)
 	hadItems := c.index.remove(key)
+	if c.cfg.Member != nil {
+		if hadItems {
+			return c.deleteAllItems(ctx, key)
+		}
+		return nil
+	}
 	if v == nil {
 		// Deleted without the finalizer (removed by hand): clean up anyway.
 		if hadItems {
@@ -132,7 +149,7 @@ func (c *Collector) finish(ctx context.Context, key targetKey, v *targetObject) 
 	if !v.finalizer {
 		return nil
 	}
-	if err := c.deleteAllItems(ctx, key); err != nil {
+	if err := c.deleteEveryClustersItems(ctx, key); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).V(2).Info("Deleted the items of a deleted target", "target", key.String())

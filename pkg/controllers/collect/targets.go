@@ -40,6 +40,9 @@ type targetObject struct {
 	names             []string
 	namespaceSelector *metav1.LabelSelector
 	include, exclude  []string
+	clusterSelector   *metav1.LabelSelector
+	// clusters are the members that reported in status.clusters.
+	clusters []string
 
 	collection *v1alpha1.CollectionObservation
 	requester  *v1alpha1.RequesterInfo
@@ -72,6 +75,10 @@ func targetObjectOfClusterTarget(t *v1alpha1.ClusterTarget) *targetObject {
 	v.labelSelector, v.names = t.Spec.LabelSelector, t.Spec.Names
 	v.namespaceSelector = t.Spec.NamespaceSelector
 	v.include, v.exclude = t.Spec.IncludeNamespaces, t.Spec.ExcludeNamespaces
+	v.clusterSelector = t.Spec.ClusterSelector
+	for _, cc := range t.Status.Clusters {
+		v.clusters = append(v.clusters, cc.Name)
+	}
 	v.collection, v.requester = t.Status.Collection, t.Status.Requester
 	return v
 }
@@ -134,6 +141,8 @@ type target struct {
 	reported           *v1alpha1.CollectionObservation
 	reportedNamespaces []string
 	reportedAt         time.Time
+	// reportedUnreachable is the member's unreachableSince last reported.
+	reportedUnreachable time.Time
 }
 
 // targetSet holds the state of every target the collector has seen; its

@@ -40,6 +40,8 @@ type targetSpec struct {
 	labelsKey string
 	// fields is what extraction reads of objects (source.ProfileFields).
 	fields string
+	// selectable are the Profile's selectable attributes, sorted.
+	selectable []string
 }
 
 // compile compiles what a target collects, or returns prev when neither
@@ -97,8 +99,9 @@ func (c *Collector) compile(v *targetObject, prev *targetSpec) (spec *targetSpec
 		gvr:         mapping.Resource,
 		namespaced:  namespaced,
 		sel:         sel,
+		selectable:  selectableOf(p),
 	}
-	spec.labels = itemLabels(v.key, spec)
+	spec.labels = itemLabels(v.key, c.cfg.Cluster, spec)
 	spec.labelsKey = labelsKey(spec.labels)
 	return spec, "", "", nil
 }

@@ -47,6 +47,9 @@ var ErrSecretsNotAllowed = errors.New(`collecting Secrets needs the Profile anno
 type Content struct {
 	Attributes map[string]kollect.Value
 	Object     *kollect.Value
+	// Selectable name the attributes field selectors see (the collector's
+	// choice, not extraction's): part of the content its hash covers.
+	Selectable []string
 }
 
 // attribute is one compiled attribute of a Profile.

@@ -25,6 +25,7 @@ const hashVersion = 1
 // produced by encoding/json, so equal content gives equal bytes.
 type hashInput struct {
 	Version    int                        `json:"v"`
+	Cluster    string                     `json:"cluster,omitempty"`
 	APIVersion string                     `json:"apiVersion"`
 	Kind       string                     `json:"kind"`
 	Namespace  string                     `json:"namespace"`
@@ -32,6 +33,7 @@ type hashInput struct {
 	UID        types.UID                  `json:"uid"`
 	Attributes map[string]json.RawMessage `json:"attributes,omitempty"`
 	Object     json.RawMessage            `json:"object,omitempty"`
+	Selectable []string                   `json:"selectable,omitempty"`
 }
 
 // Hash is the hex SHA-256 of the canonical JSON of the source identity
@@ -41,6 +43,8 @@ type hashInput struct {
 func Hash(source kollect.ItemSource, c Content) string {
 	in := hashInput{
 		Version:    hashVersion,
+		Cluster:    source.Cluster,
+		Selectable: c.Selectable,
 		APIVersion: source.APIVersion,
 		Kind:       source.Kind,
 		Namespace:  source.Namespace,
@@ -65,7 +69,7 @@ func Hash(source kollect.ItemSource, c Content) string {
 	// the raw bytes anyway, so that the result still tracks the content
 	// (the error's text would give every such item one hash).
 	h := sha256.New()
-	in.Attributes, in.Object = nil, nil
+	in.Attributes, in.Object = nil, nil // Selectable stays: names are valid JSON
 	identity, _ := json.Marshal(in)
 	writeField(h, identity)
 	for _, k := range slices.Sorted(maps.Keys(c.Attributes)) {

@@ -28,6 +28,7 @@ import (
 
 	"kollect.dev/kollect/pkg/controllers/collect"
 	"kollect.dev/kollect/pkg/controllers/export"
+	"kollect.dev/kollect/pkg/controllers/fleet"
 	"kollect.dev/kollect/pkg/controllers/metrics"
 )
 
@@ -205,6 +206,8 @@ func DefaultClusterName(ctx context.Context, kube kubernetes.Interface) (string,
 type Configs struct {
 	Collect collect.Config
 	Export  export.Config
+	// Fleet's collector configuration is Collect's; the rest is its own.
+	Fleet fleet.Config
 }
 
 // Run runs the collector and the exporter while this replica leads, until
@@ -225,6 +228,7 @@ func (o *Options) Run(ctx context.Context, host *rest.Config, cfg Configs) error
 		}
 	}
 	klog.FromContext(ctx).Info("Exporting as cluster", "cluster", cfg.Export.ClusterName)
+	cfg.Collect.Cluster = cfg.Export.ClusterName
 	cfg.Collect.RequesterMaxAge, cfg.Export.RequesterMaxAge = o.RequesterMaxAge, o.RequesterMaxAge
 	// keep runs a controller until ctx is done: one that fails is started
 	// again, so that a leader never holds the lease idle.
@@ -243,6 +247,17 @@ func (o *Options) Run(ctx context.Context, host *rest.Config, cfg Configs) error
 		wg.Go(func() {
 			keep(ctx, "collect", func(ctx context.Context) error {
 				c, err := collect.New(cfg.Collect)
+				if err != nil {
+					return err
+				}
+				return c.Run(ctx)
+			})
+		})
+		wg.Go(func() {
+			keep(ctx, "fleet", func(ctx context.Context) error {
+				fcfg := cfg.Fleet
+				fcfg.Collect = cfg.Collect
+				c, err := fleet.New(fcfg)
 				if err != nil {
 					return err
 				}
