@@ -29,6 +29,7 @@ import (
 	"kollect.dev/kollect/pkg/registry/kollect/eventsink"
 	"kollect.dev/kollect/pkg/registry/kollect/inventory"
 	"kollect.dev/kollect/pkg/registry/kollect/inventoryitem"
+	"kollect.dev/kollect/pkg/registry/kollect/membercluster"
 	"kollect.dev/kollect/pkg/registry/kollect/profile"
 	"kollect.dev/kollect/pkg/registry/kollect/scope"
 	"kollect.dev/kollect/pkg/registry/kollect/snapshotsink"
@@ -187,8 +188,8 @@ func (s *Server) buildStorage(getter generic.RESTOptionsGetter, opts common.Opti
 	s.SinkExports = &common.SinkExportWriter{}
 	s.FirstEntries = &common.FirstEntries{}
 	opts.FirstEntries = s.FirstEntries
-	// The tenancy checks read Scopes, ClusterScopes and Profiles through
-	// their storage, in process, and count what the quotas limit; the kinds
+	// The tenancy checks read Scopes, ClusterScopes, Profiles and
+	// MemberClusters through their storage, in process, and count what the quotas limit; the kinds
 	// they check are built with them.
 	checker := tenancy.New(opts.Tenancy)
 	opts.Checker = checker
@@ -202,6 +203,7 @@ func (s *Server) buildStorage(getter generic.RESTOptionsGetter, opts common.Opti
 		"snapshotsinks":      snapshotsink.NewREST,
 		"databasesinks":      databasesink.NewREST,
 		"eventsinks":         eventsink.NewREST,
+		"memberclusters":     membercluster.NewREST,
 	} {
 		main, status, err := newREST(Scheme, getter, opts)
 		if err != nil {
@@ -228,9 +230,10 @@ func (s *Server) buildStorage(getter generic.RESTOptionsGetter, opts common.Opti
 	}
 	storage["clusterscopes"] = clusterScopes
 	checker.SetLookups(tenancy.Lookups{
-		Scopes:        scopes,
-		ClusterScopes: clusterScopes,
-		Profiles:      storage["profiles"].(rest.Getter),
+		Scopes:         scopes,
+		ClusterScopes:  clusterScopes,
+		Profiles:       storage["profiles"].(rest.Getter),
+		MemberClusters: storage["memberclusters"].(rest.Lister),
 		Quota: tenancy.QuotaLookups{
 			Targets:            storage["targets"].(rest.Lister),
 			ClusterTargets:     storage["clustertargets"].(rest.Lister),

@@ -179,6 +179,18 @@ spec: {type: nats, endpoint: "nats://nats.example.com:4222", nats: {stream: koll
 		contested: []string{"nats", "stream"}, values: [2]any{"one", "two"},
 	},
 	{
+		resource: "memberclusters", hasStatus: true,
+		object: `
+apiVersion: kollect.dev/v1alpha1
+kind: MemberCluster
+metadata: {name: east, labels: {region: eu}}
+spec: {kubeconfigSecretRef: {namespace: kollect-system, name: east-kubeconfig}}
+`,
+		status:    map[string]any{"collection": map[string]any{"observedGeneration": int64(2), "reachable": true, "itemCount": int64(5)}},
+		mutate:    setSpec([]string{"suspend"}, true),
+		contested: []string{"kubeconfigSecretRef", "name"}, values: [2]any{"a", "b"},
+	},
+	{
 		resource: "scopes", namespaced: true,
 		object: `
 apiVersion: kollect.dev/v1alpha1

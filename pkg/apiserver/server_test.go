@@ -36,7 +36,7 @@ func TestServedAPI(t *testing.T) {
 			"profiles": {"prof", true, "full"}, "targets": {"tgt", true, "full"}, "clustertargets": {"ctgt", false, "full"},
 			"inventories": {"inv", true, "full"}, "clusterinventories": {"cinv", false, "full"},
 			"snapshotsinks": {"ssink", true, "full"}, "databasesinks": {"dsink", true, "full"}, "eventsinks": {"esink", true, "full"},
-			"scopes": {"kscope", true, "full"}, "clusterscopes": {"kcscope", false, "full"},
+			"scopes": {"kscope", true, "full"}, "clusterscopes": {"kcscope", false, "full"}, "memberclusters": {"mc", false, "full"},
 			"inventoryitems": {"item", true, "get,list,watch"}, "clusterinventoryitems": {"citem", false, "get,list,watch"},
 		}
 		seen := map[string]bool{}

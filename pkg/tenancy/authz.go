@@ -10,7 +10,8 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 )
 
-// VerbUse is the custom verb a user needs on a Profile or sink to reference it.
+// VerbUse is the custom verb a user needs on a Profile or sink to reference
+// it, and on a MemberCluster to collect from it.
 const VerbUse = "use"
 
 // VerbEscalate is the verb a user needs on scopes to set a Scope's quota
@@ -28,9 +29,11 @@ var (
 	SnapshotSinks = Referenced{"SnapshotSink", "snapshotsinks"}
 	DatabaseSinks = Referenced{"DatabaseSink", "databasesinks"}
 	EventSinks    = Referenced{"EventSink", "eventsinks"}
+	// MemberClusters are cluster-scoped: their namespace is "".
+	MemberClusters = Referenced{"MemberCluster", "memberclusters"}
 )
 
-// UseAttributes asks for `use` on one Profile or sink.
+// UseAttributes asks for `use` on one Profile, sink or MemberCluster.
 func UseAttributes(r Referenced, namespace, name string) authorizer.AttributesRecord {
 	return authorizer.AttributesRecord{
 		Verb:            VerbUse,

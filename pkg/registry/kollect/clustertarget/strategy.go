@@ -1,5 +1,6 @@
 // Package clustertarget is the registry of ClusterTargets. Ready and Degraded
-// are derived on write from the collector's report in status.collection.
+// are derived on write from the collector's reports in status.collection
+// and, per member cluster, status.clusters.
 package clustertarget
 
 import (
@@ -23,7 +24,8 @@ var kind = common.SpecStatus[*kollect.ClusterTarget, kollect.ClusterTargetSpec, 
 	Status: func(o *kollect.ClusterTarget) *kollect.ClusterTargetStatus { return &o.Status },
 	Derive: func(t *kollect.ClusterTarget, now metav1.Time) {
 		t.Status.ObservedGeneration = t.Generation
-		t.Status.Conditions = derive.CollectionConditions(t.Generation, t.Spec.Suspend, t.Status.Collection, t.Status.Conditions, now)
+		t.Status.Conditions = derive.ClusterTargetConditions(t.Generation, t.Spec.Suspend, t.Spec.ClusterSelector != nil,
+			t.Status.Collection, t.Status.Clusters, t.Status.Conditions, now)
 	},
 	ValidateStatus: func(o *kollect.ClusterTarget) field.ErrorList {
 		return validation.ValidateClusterTargetStatus(&o.Status, field.NewPath("status"))

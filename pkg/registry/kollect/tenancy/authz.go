@@ -48,21 +48,39 @@ func userName(ctx context.Context) string {
 	return "<none>"
 }
 
+// require asks whether the user of the request may do attrs and, when not,
+// denies the request with denial (who may not do what, and why it is
+// needed) and what the authorizer said.
+func (c *Checker) require(ctx context.Context, v *verdict, attrs authorizer.AttributesRecord, denial string) {
+	ok, why := c.authorize(ctx, attrs)
+	if ok {
+		return
+	}
+	if why != "" {
+		denial += " (" + why + ")"
+	}
+	v.denied = append(v.denied, denial)
+}
+
 // checkUse requires `use` on the referenced object namespace/name.
 func (c *Checker) checkUse(ctx context.Context, v *verdict, r tenancy.Referenced, namespace, name string, path *field.Path) {
 	if c.cfg.Authorizer == nil {
 		return
 	}
-	ok, why := c.authorize(ctx, tenancy.UseAttributes(r, namespace, name))
-	if ok {
+	c.require(ctx, v, tenancy.UseAttributes(r, namespace, name), fmt.Sprintf(
+		"%s: user %q may not use %s %q in namespace %q: referencing it needs the verb %q on %s.%s %q in namespace %q",
+		path, userName(ctx), r.Kind, name, namespace, tenancy.VerbUse, r.Resource, kollect.GroupName, name, namespace))
+}
+
+// checkMemberUse requires `use` on a MemberCluster a ClusterTarget selects.
+func (c *Checker) checkMemberUse(ctx context.Context, v *verdict, name string, path *field.Path) {
+	if c.cfg.Authorizer == nil {
 		return
 	}
-	msg := fmt.Sprintf("%s: user %q may not use %s %q in namespace %q: referencing it needs the verb %q on %s.%s %q in namespace %q",
-		path, userName(ctx), r.Kind, name, namespace, tenancy.VerbUse, r.Resource, kollect.GroupName, name, namespace)
-	if why != "" {
-		msg += " (" + why + ")"
-	}
-	v.denied = append(v.denied, msg)
+	r := tenancy.MemberClusters
+	c.require(ctx, v, tenancy.UseAttributes(r, "", name), fmt.Sprintf(
+		"%s: user %q cannot use membercluster %q: a ClusterTarget collects only from the members its user may use, which needs the verb %q on %s.%s %q",
+		path, userName(ctx), name, tenancy.VerbUse, r.Resource, kollect.GroupName, name))
 }
 
 // MayGet reports whether the user of the request may get one of this
@@ -84,21 +102,21 @@ func (c *Checker) MayGet(ctx context.Context, resource, namespace, name string) 
 	return ok
 }
 
-// checkSecret requires `get` on the Secret a sink uses.
-func (c *Checker) checkSecret(ctx context.Context, v *verdict, namespace, name string, path *field.Path) {
+// The reasons a Secret is read on the authority of whoever names it.
+const (
+	sinkSecretUse   = "the sink sends the Secret's values on the authority of the user who sets it"
+	memberSecretUse = "the hub reads the member's kubeconfig on the authority of the user who sets it"
+)
+
+// checkSecret requires `get` on the Secret a sink or a MemberCluster uses,
+// for the reason use.
+func (c *Checker) checkSecret(ctx context.Context, v *verdict, namespace, name string, path *field.Path, use string) {
 	if c.cfg.Authorizer == nil {
 		return
 	}
-	ok, why := c.authorize(ctx, tenancy.GetSecretAttributes(namespace, name))
-	if ok {
-		return
-	}
-	msg := fmt.Sprintf("%s: user %q may not get Secret %q in namespace %q: the sink sends the Secret's values on the authority of the user who sets it, which needs the verb %q on secrets %q in namespace %q",
-		path, userName(ctx), name, namespace, "get", name, namespace)
-	if why != "" {
-		msg += " (" + why + ")"
-	}
-	v.denied = append(v.denied, msg)
+	c.require(ctx, v, tenancy.GetSecretAttributes(namespace, name), fmt.Sprintf(
+		"%s: user %q may not get Secret %q in namespace %q: %s, which needs the verb %q on secrets %q in namespace %q",
+		path, userName(ctx), name, namespace, use, "get", name, namespace))
 }
 
 // checkItems requires `list` on the items an inventory exports (namespace
@@ -108,16 +126,9 @@ func (c *Checker) checkItems(ctx context.Context, v *verdict, namespace string) 
 		return
 	}
 	gvr := tenancy.ItemsOf(namespace)
-	ok, why := c.authorize(ctx, tenancy.ListAttributes(gvr, namespace))
-	if ok {
-		return
-	}
-	msg := fmt.Sprintf("%s: user %q may not list %s %s: an inventory exports only items its user may read, which needs the verb %q on %s %s",
-		specPath, userName(ctx), tenancy.ResourceString(gvr), tenancy.Where(namespace), "list", tenancy.ResourceString(gvr), tenancy.Where(namespace))
-	if why != "" {
-		msg += " (" + why + ")"
-	}
-	v.denied = append(v.denied, msg)
+	c.require(ctx, v, tenancy.ListAttributes(gvr, namespace), fmt.Sprintf(
+		"%s: user %q may not list %s %s: an inventory exports only items its user may read, which needs the verb %q on %s %s",
+		specPath, userName(ctx), tenancy.ResourceString(gvr), tenancy.Where(namespace), "list", tenancy.ResourceString(gvr), tenancy.Where(namespace)))
 }
 
 // listChecks tells whether the `list` check of targets runs.
@@ -143,16 +154,9 @@ func (c *Checker) checkList(ctx context.Context, v *verdict, target string, p *k
 	if mapping.Scope.Name() != meta.RESTScopeNameNamespace {
 		namespace = ""
 	}
-	ok, why := c.authorize(ctx, tenancy.ListAttributes(mapping.Resource, namespace))
-	if ok {
-		return nil
-	}
-	msg := fmt.Sprintf("%s: user %q may not list %s %s, which Profile %s/%s collects (%s): a %s collects only what the user creating it may list",
-		path, userName(ctx), tenancy.ResourceString(mapping.Resource), tenancy.Where(namespace), p.Namespace, p.Name, gvkString(gvk), target)
-	if why != "" {
-		msg += " (" + why + ")"
-	}
-	v.denied = append(v.denied, msg)
+	c.require(ctx, v, tenancy.ListAttributes(mapping.Resource, namespace), fmt.Sprintf(
+		"%s: user %q may not list %s %s, which Profile %s/%s collects (%s): a %s collects only what the user creating it may list",
+		path, userName(ctx), tenancy.ResourceString(mapping.Resource), tenancy.Where(namespace), p.Namespace, p.Name, gvkString(gvk), target))
 	return nil
 }
 

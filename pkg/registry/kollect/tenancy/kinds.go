@@ -3,13 +3,17 @@ package tenancy
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/tenancy"
@@ -80,8 +84,9 @@ func (c *Checker) Targets() Admission {
 }
 
 // ClusterTargets: tenant mode; `use` on the Profile, `list` across the
-// cluster on what it collects; the ClusterScopes' reference namespaces,
-// allowed kinds and collection namespaces. On create and when
+// cluster on what it collects, `use` on every MemberCluster the
+// clusterSelector selects; the ClusterScopes' reference namespaces, allowed
+// kinds and collection namespaces. On create and when
 // ClusterTargetReferencesChanged.
 func (c *Checker) ClusterTargets() Admission {
 	if c == nil {
@@ -112,6 +117,9 @@ func (c *Checker) ClusterTargets() Admission {
 				v.invalidate(ls.CheckKind(p.Spec.TargetGVK, namePath))
 			}
 		}
+		if err := c.checkMembers(ctx, v, t.Spec.ClusterSelector); err != nil {
+			return err
+		}
 		return v.result(ctx)
 	}
 	return Admission{
@@ -131,6 +139,81 @@ func (c *Checker) ClusterTargets() Admission {
 				return nil
 			}
 			return admit(ctx, t)
+		},
+	}
+}
+
+// checkMembers requires `use` on each MemberCluster selector selects, as
+// stored now; a member labelled later is the collector's to check, on the
+// requester's authority.
+func (c *Checker) checkMembers(ctx context.Context, v *verdict, selector *metav1.LabelSelector) error {
+	if selector == nil || c.cfg.Authorizer == nil {
+		return nil
+	}
+	if c.lookups.MemberClusters == nil {
+		return errors.New("the MemberClusters a clusterSelector selects cannot be listed: the server has no MemberCluster storage")
+	}
+	sel, err := metav1.LabelSelectorAsSelector(selector)
+	if err != nil {
+		return err // validation has refused it already
+	}
+	out, err := c.lookups.MemberClusters.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceNone),
+		&metainternalversion.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return err
+	}
+	list, ok := out.(*kollect.MemberClusterList)
+	if !ok {
+		return fmt.Errorf("listing memberclusters returned %T", out)
+	}
+	names := make([]string, len(list.Items))
+	for i := range list.Items {
+		names[i] = list.Items[i].Name
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		c.checkMemberUse(ctx, v, name, specPath.Child("clusterSelector"))
+	}
+	return nil
+}
+
+// MemberClusters: tenant mode; `get` on the kubeconfig Secret, on create
+// and when MemberClusterReferencesChanged; the ClusterScopes' reference
+// namespaces on create and when the Secret's namespace changes (ratcheted:
+// a ClusterScope written later does not block other updates).
+func (c *Checker) MemberClusters() Admission {
+	if c == nil {
+		return Admission{}
+	}
+	admit := func(ctx context.Context, m, old *kollect.MemberCluster) error {
+		var prev runtime.Object
+		if old != nil {
+			prev = old
+		}
+		if err := c.tenantMode("memberclusters", m.Name, m, prev); err != nil {
+			return err
+		}
+		v := newVerdict("memberclusters", "MemberCluster", m.Name)
+		ref := m.Spec.KubeconfigSecretRef
+		refPath := specPath.Child("kubeconfigSecretRef")
+		if old == nil || MemberClusterReferencesChanged(m, old) {
+			c.checkSecret(ctx, v, ref.Namespace, ref.Name, refPath.Child("name"), memberSecretUse)
+		}
+		if old == nil || old.Spec.KubeconfigSecretRef.Namespace != ref.Namespace {
+			ls, err := c.clusterScopes(ctx)
+			if err != nil {
+				return err
+			}
+			v.invalidate(ls.CheckReferenceNamespace(ref.Namespace, refPath.Child("namespace")))
+		}
+		return v.result(ctx)
+	}
+	return Admission{
+		Create: func(ctx context.Context, obj runtime.Object) error {
+			return admit(ctx, obj.(*kollect.MemberCluster), nil)
+		},
+		Update: func(ctx context.Context, obj, old runtime.Object) error {
+			return admit(ctx, obj.(*kollect.MemberCluster), old.(*kollect.MemberCluster))
 		},
 	}
 }
@@ -246,7 +329,7 @@ func Sinks[T SinkObject](c *Checker, resource, kind string, interval func(T) *me
 		}
 		v := newVerdict(resource, kind, sink.GetName())
 		if ref := sinkSecretRef(sink); ref != nil && (old == nil || SinkReferencesChanged(sink, *old)) {
-			c.checkSecret(ctx, v, sink.GetNamespace(), ref.Name, specPath.Child("secretRef", "name"))
+			c.checkSecret(ctx, v, sink.GetNamespace(), ref.Name, specPath.Child("secretRef", "name"), sinkSecretUse)
 		}
 		v.invalidate(ls.CheckSinkInterval(interval(sink), before)...)
 		return v.result(ctx)
@@ -311,15 +394,24 @@ func TargetReferencesChanged(obj, old *kollect.Target) bool {
 }
 
 // ClusterTargetReferencesChanged is TargetReferencesChanged for ClusterTargets,
-// whose selection includes the namespaces.
+// whose selection includes the namespaces and the member clusters.
 func ClusterTargetReferencesChanged(obj, old *kollect.ClusterTarget) bool {
 	a, b := &obj.Spec, &old.Spec
 	return reaffirmed(obj, old) || a.ProfileRef != b.ProfileRef ||
 		!apiequality.Semantic.DeepEqual(a.NamespaceSelector, b.NamespaceSelector) ||
 		!apiequality.Semantic.DeepEqual(a.IncludeNamespaces, b.IncludeNamespaces) ||
 		!apiequality.Semantic.DeepEqual(a.ExcludeNamespaces, b.ExcludeNamespaces) ||
+		!apiequality.Semantic.DeepEqual(a.ClusterSelector, b.ClusterSelector) ||
 		!apiequality.Semantic.DeepEqual(a.LabelSelector, b.LabelSelector) ||
 		!apiequality.Semantic.DeepEqual(a.Names, b.Names)
+}
+
+// MemberClusterReferencesChanged tells whether an update changes the
+// Secret a MemberCluster's kubeconfig is read from (namespace, name or key),
+// or re-affirms the requester: the user who asks must be allowed to get it,
+// and becomes the requester.
+func MemberClusterReferencesChanged(obj, old *kollect.MemberCluster) bool {
+	return reaffirmed(obj, old) || obj.Spec.KubeconfigSecretRef != old.Spec.KubeconfigSecretRef
 }
 
 // InventoryReferencesChanged tells whether an update changes what an

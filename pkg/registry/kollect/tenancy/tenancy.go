@@ -73,6 +73,9 @@ type Lookups struct {
 	Scopes, ClusterScopes rest.Lister
 	// Profiles gets the Profile a Target references.
 	Profiles rest.Getter
+	// MemberClusters lists the members a ClusterTarget's clusterSelector
+	// selects.
+	MemberClusters rest.Lister
 	// Quota lists what the quotas count.
 	Quota QuotaLookups
 }
