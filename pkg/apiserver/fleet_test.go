@@ -1,7 +1,6 @@
 package apiserver_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -141,25 +140,9 @@ func TestMemberClusterStatusDerived(t *testing.T) {
 	expectCondition(t, m.Status.Conditions, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonCollecting)
 
 	table := func() []any {
-		raw, err := srv.Client.KollectV1alpha1().RESTClient().Get().Resource("memberclusters").
-			SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(ctx)
-		if err != nil {
-			t.Fatalf("table: %v", err)
-		}
-		var tbl metav1.Table
-		if err := json.Unmarshal(raw, &tbl); err != nil {
-			t.Fatal(err)
-		}
-		var cols []string
-		for _, c := range tbl.ColumnDefinitions {
-			cols = append(cols, c.Name)
-		}
-		if got := strings.Join(cols, ","); got != "Name,Reachable,Ready,Owner,Version,Items,Age" {
-			t.Errorf("columns %s", got)
-		}
-		return tbl.Rows[0].Cells
+		return clusterTable(ctx, t, srv, "memberclusters", "", "Name,Reachable,Ready,Owner,Version,Items,Age")[0]
 	}
-	if got := fmt.Sprint(table()[:6]); got != "[east True True kollect-apiserver-1 v1.36.3 42]" {
+	if got := fmt.Sprint(table()); got != "[east True True kollect-apiserver-1 v1.36.3 42]" {
 		t.Errorf("row %s", got)
 	}
 

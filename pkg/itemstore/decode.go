@@ -130,6 +130,8 @@ func (r *record) sourceField(s *jsonscan.Scanner, key jsonscan.Span) error {
 	data := s.Bytes()
 	var field *string
 	switch name, _ := jsonscan.Text(data, key); name {
+	case "cluster":
+		field = &r.source.Cluster
 	case "apiVersion":
 		field = &r.source.APIVersion
 	case "kind":

@@ -18,7 +18,7 @@ import (
 // strings and raw values HTML-escaped, raw values compacted), in one pass
 // over the fields instead of a conversion and reflection. The tests hold
 // it to the codec's output, decoded.
-func appendItem(out []byte, kind string, meta *metav1.ObjectMeta, source *kollect.ItemSource, attributes map[string]kollect.Value, object *kollect.Value, hash string) ([]byte, error) {
+func appendItem(out []byte, kind string, meta *metav1.ObjectMeta, source *kollect.ItemSource, attributes map[string]kollect.Value, object *kollect.Value, selectable []string, hash string) ([]byte, error) {
 	out = append(out, `{"kind":`...)
 	out = appendString(out, kind)
 	out = append(out, `,"apiVersion":`...)
@@ -58,7 +58,13 @@ func appendItem(out []byte, kind string, meta *metav1.ObjectMeta, source *kollec
 		}
 		out = append(out, '}')
 	}
-	out = append(out, `},"source":{"apiVersion":`...)
+	out = append(out, `},"source":{`...)
+	if source.Cluster != "" {
+		out = append(out, `"cluster":`...)
+		out = appendString(out, source.Cluster)
+		out = append(out, ',')
+	}
+	out = append(out, `"apiVersion":`...)
 	out = appendString(out, source.APIVersion)
 	out = append(out, `,"kind":`...)
 	out = appendString(out, source.Kind)
@@ -98,6 +104,16 @@ func appendItem(out []byte, kind string, meta *metav1.ObjectMeta, source *kollec
 		if out, err = appendValue(out, *object); err != nil {
 			return nil, err
 		}
+	}
+	if len(selectable) > 0 {
+		out = append(out, `,"selectableAttributes":[`...)
+		for i, name := range selectable {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = appendString(out, name)
+		}
+		out = append(out, ']')
 	}
 	if hash != "" {
 		out = append(out, `,"hash":`...)

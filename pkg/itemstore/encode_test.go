@@ -96,6 +96,12 @@ func randomItem(r *rand.Rand) *kollect.InventoryItem {
 	if r.IntN(3) == 0 {
 		it.Object = &kollect.Value{Raw: []byte(randomJSON(r, 0))}
 	}
+	if r.IntN(2) == 0 {
+		it.Source.Cluster = randomString(r)
+	}
+	for range r.IntN(3) {
+		it.SelectableAttributes = append(it.SelectableAttributes, randomString(r))
+	}
 	return it
 }
 
@@ -111,13 +117,14 @@ func TestEncodeAsTheCodec(t *testing.T) {
 		kind := "InventoryItem"
 		if i%2 == 1 {
 			kind = "ClusterInventoryItem"
-			obj = &kollect.ClusterInventoryItem{ObjectMeta: item.ObjectMeta, Source: item.Source, Attributes: item.Attributes, Object: item.Object, Hash: item.Hash}
+			obj = &kollect.ClusterInventoryItem{ObjectMeta: item.ObjectMeta, Source: item.Source, Attributes: item.Attributes, Object: item.Object,
+				SelectableAttributes: item.SelectableAttributes, Hash: item.Hash}
 		}
 		want, err := runtime.Encode(codec, obj)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := appendItem(nil, kind, &item.ObjectMeta, &item.Source, item.Attributes, item.Object, item.Hash)
+		got, err := appendItem(nil, kind, &item.ObjectMeta, &item.Source, item.Attributes, item.Object, item.SelectableAttributes, item.Hash)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +191,7 @@ func BenchmarkEncode(b *testing.B) {
 	}
 	b.Run("appendItem", func(b *testing.B) {
 		for b.Loop() {
-			_, _ = appendItem(nil, "InventoryItem", &item.ObjectMeta, &item.Source, item.Attributes, item.Object, item.Hash)
+			_, _ = appendItem(nil, "InventoryItem", &item.ObjectMeta, &item.Source, item.Attributes, item.Object, item.SelectableAttributes, item.Hash)
 		}
 	})
 	b.Run("validate", func(b *testing.B) {

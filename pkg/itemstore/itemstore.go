@@ -54,7 +54,9 @@ type Item struct {
 	Source     kollect.ItemSource
 	Attributes map[string]kollect.Value
 	Object     *kollect.Value
-	Hash       string
+	// SelectableAttributes name the attributes field selectors see.
+	SelectableAttributes []string
+	Hash                 string
 }
 
 // Stored is what the collector reads back of a stored item.
@@ -394,11 +396,13 @@ func (s *Store) object(item *Item, meta metav1.ObjectMeta, old *kollect.ItemSour
 	var obj runtime.Object
 	if s.kind.Namespaced {
 		meta.Namespace = item.Namespace
-		o := &kollect.InventoryItem{ObjectMeta: meta, Source: item.Source, Attributes: item.Attributes, Object: item.Object, Hash: item.Hash}
+		o := &kollect.InventoryItem{ObjectMeta: meta, Source: item.Source, Attributes: item.Attributes, Object: item.Object,
+			SelectableAttributes: item.SelectableAttributes, Hash: item.Hash}
 		errs, obj = append(errs, validation.ValidateInventoryItem(o)...), o
 		o.Labels = item.Labels
 	} else {
-		o := &kollect.ClusterInventoryItem{ObjectMeta: meta, Source: item.Source, Attributes: item.Attributes, Object: item.Object, Hash: item.Hash}
+		o := &kollect.ClusterInventoryItem{ObjectMeta: meta, Source: item.Source, Attributes: item.Attributes, Object: item.Object,
+			SelectableAttributes: item.SelectableAttributes, Hash: item.Hash}
 		errs, obj = append(errs, validation.ValidateClusterInventoryItem(o)...), o
 		o.Labels = item.Labels
 	}
@@ -434,9 +438,9 @@ func (s *Store) marshal(obj runtime.Object) ([]byte, error) {
 	if s.json {
 		switch o := obj.(type) {
 		case *kollect.InventoryItem:
-			return appendItem(make([]byte, 0, 1024), "InventoryItem", &o.ObjectMeta, &o.Source, o.Attributes, o.Object, o.Hash)
+			return appendItem(make([]byte, 0, 1024), "InventoryItem", &o.ObjectMeta, &o.Source, o.Attributes, o.Object, o.SelectableAttributes, o.Hash)
 		case *kollect.ClusterInventoryItem:
-			return appendItem(make([]byte, 0, 1024), "ClusterInventoryItem", &o.ObjectMeta, &o.Source, o.Attributes, o.Object, o.Hash)
+			return appendItem(make([]byte, 0, 1024), "ClusterInventoryItem", &o.ObjectMeta, &o.Source, o.Attributes, o.Object, o.SelectableAttributes, o.Hash)
 		}
 	}
 	return runtime.Encode(s.codec, obj)
