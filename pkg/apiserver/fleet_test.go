@@ -323,3 +323,26 @@ func TestMemberClustersInTenantMode(t *testing.T) {
 		t.Errorf("after delete: %v", err)
 	}
 }
+
+// TestSelectableAttributesBounded: a Profile has at most 8 selectable
+// attributes, and none in Resource mode; each refusal names the field.
+func TestSelectableAttributesBounded(t *testing.T) {
+	srv := testserver.Start(t, testserver.Options{})
+	ctx := tenancyContext(t)
+	profiles := srv.Client.KollectV1alpha1().Profiles("team-a")
+	p := &v1alpha1.Profile{ObjectMeta: metav1.ObjectMeta{Name: "deployments"},
+		Spec: v1alpha1.ProfileSpec{TargetGVK: v1alpha1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}}}
+	for i := range 9 {
+		p.Spec.Attributes = append(p.Spec.Attributes, v1alpha1.Attribute{Name: fmt.Sprintf("a%d", i), Path: "{.metadata.name}", Selectable: true})
+	}
+	_, err := profiles.Create(ctx, p, metav1.CreateOptions{})
+	expectInvalid(t, err, "spec.attributes[8].selectable", "at most 8 attributes of a Profile may be selectable")
+	p.Spec.Attributes = p.Spec.Attributes[:8]
+	created, err := profiles.Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("8 selectable attributes: %v", err)
+	}
+	created.Spec.Export.Mode = v1alpha1.ExportModeResource
+	_, err = profiles.Update(ctx, created, metav1.UpdateOptions{})
+	expectInvalid(t, err, "spec.attributes[0].selectable", "Attributes mode")
+}
