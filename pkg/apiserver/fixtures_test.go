@@ -2,6 +2,8 @@ package apiserver_test
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -9,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
+
+	"kollect.dev/kollect/pkg/apiserver/testserver"
 )
 
 // patcher is the Patch of a typed or dynamic client.
@@ -24,6 +28,34 @@ func finalize[T any](ctx context.Context, t *testing.T, c patcher[T], name strin
 	if _, err := c.Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatalf("removing the finalizers of %s: %v", name, err)
 	}
+}
+
+// clusterTable lists a cluster-scoped resource as kubectl does, as a Table
+// (of the objects fieldSelector selects), checks its columns and returns
+// its rows' cells, the age left out.
+func clusterTable(ctx context.Context, t *testing.T, srv *testserver.Server, resource, fieldSelector, columns string) [][]any {
+	t.Helper()
+	raw, err := srv.Client.KollectV1alpha1().RESTClient().Get().Resource(resource).Param("fieldSelector", fieldSelector).
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("table of %s: %v", resource, err)
+	}
+	var table metav1.Table
+	if err := json.Unmarshal(raw, &table); err != nil {
+		t.Fatal(err)
+	}
+	var cols []string
+	for _, c := range table.ColumnDefinitions {
+		cols = append(cols, c.Name)
+	}
+	if got := strings.Join(cols, ","); got != columns {
+		t.Errorf("%s columns %s, want %s", resource, got, columns)
+	}
+	rows := make([][]any, len(table.Rows))
+	for i, r := range table.Rows {
+		rows[i] = r.Cells[:len(r.Cells)-1]
+	}
+	return rows
 }
 
 // kindCase is one resource exercised by the registry tests: a valid object,

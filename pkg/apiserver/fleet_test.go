@@ -1,7 +1,6 @@
 package apiserver_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -37,7 +36,9 @@ func TestMemberClusterAdmission(t *testing.T) {
 		{user: "carol", verb: "get", resource: "secrets", namespace: "kollect-system", name: "east-kubeconfig"},
 	})
 	ctx := tenancyContext(t)
-	members := func(who string) typed.MemberClusterInterface { return srv.ClientFor(who).KollectV1alpha1().MemberClusters() }
+	members := func(who string) typed.MemberClusterInterface {
+		return srv.ClientFor(who).KollectV1alpha1().MemberClusters()
+	}
 
 	_, err := members("bob").Create(ctx, member("east", "kollect-system", "east-kubeconfig", nil), metav1.CreateOptions{})
 	expectForbidden(t, err, `memberclusters.kollect.dev "east"`, `user "bob"`, "spec.kubeconfigSecretRef.name",
@@ -139,25 +140,9 @@ func TestMemberClusterStatusDerived(t *testing.T) {
 	expectCondition(t, m.Status.Conditions, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonCollecting)
 
 	table := func() []any {
-		raw, err := srv.Client.KollectV1alpha1().RESTClient().Get().Resource("memberclusters").
-			SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(ctx)
-		if err != nil {
-			t.Fatalf("table: %v", err)
-		}
-		var tbl metav1.Table
-		if err := json.Unmarshal(raw, &tbl); err != nil {
-			t.Fatal(err)
-		}
-		var cols []string
-		for _, c := range tbl.ColumnDefinitions {
-			cols = append(cols, c.Name)
-		}
-		if got := strings.Join(cols, ","); got != "Name,Reachable,Ready,Owner,Version,Items,Age" {
-			t.Errorf("columns %s", got)
-		}
-		return tbl.Rows[0].Cells
+		return clusterTable(ctx, t, srv, "memberclusters", "", "Name,Reachable,Ready,Owner,Version,Items,Age")[0]
 	}
-	if got := fmt.Sprint(table()[:6]); got != "[east True True kollect-apiserver-1 v1.36.3 42]" {
+	if got := fmt.Sprint(table()); got != "[east True True kollect-apiserver-1 v1.36.3 42]" {
 		t.Errorf("row %s", got)
 	}
 
@@ -235,7 +220,9 @@ func TestClusterSelectorNeedsUse(t *testing.T) {
 		return &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "fleet"}, Spec: v1alpha1.ClusterTargetSpec{
 			ProfileRef: v1alpha1.NamespacedObjectReference{Namespace: "kollect-system", Name: "deployments"}, ClusterSelector: selector}}
 	}
-	targets := func(who string) typed.ClusterTargetInterface { return srv.ClientFor(who).KollectV1alpha1().ClusterTargets() }
+	targets := func(who string) typed.ClusterTargetInterface {
+		return srv.ClientFor(who).KollectV1alpha1().ClusterTargets()
+	}
 	eu := &metav1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}}
 
 	_, err := targets("bob").Create(ctx, ct(eu), metav1.CreateOptions{})
@@ -335,4 +322,27 @@ func TestMemberClustersInTenantMode(t *testing.T) {
 	if _, err := api.Get(ctx, "old", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("after delete: %v", err)
 	}
+}
+
+// TestSelectableAttributesBounded: a Profile has at most 8 selectable
+// attributes, and none in Resource mode; each refusal names the field.
+func TestSelectableAttributesBounded(t *testing.T) {
+	srv := testserver.Start(t, testserver.Options{})
+	ctx := tenancyContext(t)
+	profiles := srv.Client.KollectV1alpha1().Profiles("team-a")
+	p := &v1alpha1.Profile{ObjectMeta: metav1.ObjectMeta{Name: "deployments"},
+		Spec: v1alpha1.ProfileSpec{TargetGVK: v1alpha1.GroupVersionKind{Group: "apps", Version: "v1", Kind: "Deployment"}}}
+	for i := range 9 {
+		p.Spec.Attributes = append(p.Spec.Attributes, v1alpha1.Attribute{Name: fmt.Sprintf("a%d", i), Path: "{.metadata.name}", Selectable: true})
+	}
+	_, err := profiles.Create(ctx, p, metav1.CreateOptions{})
+	expectInvalid(t, err, "spec.attributes[8].selectable", "at most 8 attributes of a Profile may be selectable")
+	p.Spec.Attributes = p.Spec.Attributes[:8]
+	created, err := profiles.Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("8 selectable attributes: %v", err)
+	}
+	created.Spec.Export.Mode = v1alpha1.ExportModeResource
+	_, err = profiles.Update(ctx, created, metav1.UpdateOptions{})
+	expectInvalid(t, err, "spec.attributes[0].selectable", "Attributes mode")
 }

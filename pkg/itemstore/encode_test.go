@@ -70,7 +70,7 @@ func randomItem(r *rand.Rand) *kollect.InventoryItem {
 	it := &kollect.InventoryItem{
 		ObjectMeta: metav1.ObjectMeta{Name: "web-" + fmt.Sprint(r.IntN(1000)), Namespace: []string{"", "ns"}[r.IntN(2)],
 			UID: types.UID(randomString(r)), Generation: r.Int64N(3)},
-		Source: kollect.ItemSource{Cluster: []string{"", randomString(r)}[r.IntN(2)], APIVersion: randomString(r), Kind: randomString(r), Namespace: randomString(r), Name: randomString(r),
+		Source: kollect.ItemSource{APIVersion: randomString(r), Kind: randomString(r), Namespace: randomString(r), Name: randomString(r),
 			UID: types.UID(randomString(r)), ResourceVersion: randomString(r)},
 		Hash: randomString(r),
 	}
@@ -82,9 +82,6 @@ func randomItem(r *rand.Rand) *kollect.InventoryItem {
 		for range r.IntN(4) {
 			it.Labels[randomString(r)] = randomString(r)
 		}
-	}
-	for range r.IntN(3) {
-		it.SelectableAttributes = append(it.SelectableAttributes, randomString(r))
 	}
 	if r.IntN(3) > 0 {
 		it.Attributes = map[string]kollect.Value{}
@@ -98,6 +95,12 @@ func randomItem(r *rand.Rand) *kollect.InventoryItem {
 	}
 	if r.IntN(3) == 0 {
 		it.Object = &kollect.Value{Raw: []byte(randomJSON(r, 0))}
+	}
+	if r.IntN(2) == 0 {
+		it.Source.Cluster = randomString(r)
+	}
+	for range r.IntN(3) {
+		it.SelectableAttributes = append(it.SelectableAttributes, randomString(r))
 	}
 	return it
 }
@@ -114,7 +117,8 @@ func TestEncodeAsTheCodec(t *testing.T) {
 		kind := "InventoryItem"
 		if i%2 == 1 {
 			kind = "ClusterInventoryItem"
-			obj = &kollect.ClusterInventoryItem{ObjectMeta: item.ObjectMeta, Source: item.Source, Attributes: item.Attributes, Object: item.Object, SelectableAttributes: item.SelectableAttributes, Hash: item.Hash}
+			obj = &kollect.ClusterInventoryItem{ObjectMeta: item.ObjectMeta, Source: item.Source, Attributes: item.Attributes, Object: item.Object,
+				SelectableAttributes: item.SelectableAttributes, Hash: item.Hash}
 		}
 		want, err := runtime.Encode(codec, obj)
 		if err != nil {

@@ -396,11 +396,13 @@ func (s *Store) object(item *Item, meta metav1.ObjectMeta, old *kollect.ItemSour
 	var obj runtime.Object
 	if s.kind.Namespaced {
 		meta.Namespace = item.Namespace
-		o := &kollect.InventoryItem{ObjectMeta: meta, Source: item.Source, Attributes: item.Attributes, Object: item.Object, SelectableAttributes: item.SelectableAttributes, Hash: item.Hash}
+		o := &kollect.InventoryItem{ObjectMeta: meta, Source: item.Source, Attributes: item.Attributes, Object: item.Object,
+			SelectableAttributes: item.SelectableAttributes, Hash: item.Hash}
 		errs, obj = append(errs, validation.ValidateInventoryItem(o)...), o
 		o.Labels = item.Labels
 	} else {
-		o := &kollect.ClusterInventoryItem{ObjectMeta: meta, Source: item.Source, Attributes: item.Attributes, Object: item.Object, SelectableAttributes: item.SelectableAttributes, Hash: item.Hash}
+		o := &kollect.ClusterInventoryItem{ObjectMeta: meta, Source: item.Source, Attributes: item.Attributes, Object: item.Object,
+			SelectableAttributes: item.SelectableAttributes, Hash: item.Hash}
 		errs, obj = append(errs, validation.ValidateClusterInventoryItem(o)...), o
 		o.Labels = item.Labels
 	}

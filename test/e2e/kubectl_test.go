@@ -13,7 +13,7 @@ import (
 var kinds = map[string]string{ // resource -> short name
 	"profiles": "prof", "targets": "tgt", "clustertargets": "ctgt", "inventories": "inv", "clusterinventories": "cinv",
 	"snapshotsinks": "ssink", "databasesinks": "dsink", "eventsinks": "esink", "scopes": "kscope", "clusterscopes": "kcscope",
-	"inventoryitems": "item", "clusterinventoryitems": "citem",
+	"memberclusters": "mc", "inventoryitems": "item", "clusterinventoryitems": "citem",
 }
 
 func TestDiscoveryAndExplain(t *testing.T) {

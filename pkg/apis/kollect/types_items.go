@@ -9,9 +9,11 @@ import (
 
 // InventoryItem is one collected object as seen through a Profile. Items are
 // written by the collector only; users get, list and watch them. Labels name
-// the target (kollect.dev/target), the profile (kollect.dev/profile) and the
-// source kind (kollect.dev/source-kind); field selectors work on
-// source.namespace, source.name, source.kind and source.apiVersion.
+// the target (kollect.dev/target), the profile (kollect.dev/profile), the
+// source kind (kollect.dev/source-kind) and the cluster (kollect.dev/cluster);
+// field selectors work on source.cluster, source.namespace, source.name,
+// source.kind, source.apiVersion and source.uid, and on attributes.<name> of
+// the selectable attributes.
 type InventoryItem struct {
 	metav1.TypeMeta `json:",inline"`
 	// Standard object metadata.

@@ -4511,7 +4511,7 @@ func schema_pkg_apis_kollect_v1alpha1_InventoryItem(ref common.ReferenceCallback
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "InventoryItem is one collected object as seen through a Profile. Items are written by the collector only; users get, list and watch them. Labels name the target (kollect.dev/target), the profile (kollect.dev/profile) and the source kind (kollect.dev/source-kind); field selectors work on source.namespace, source.name, source.kind and source.apiVersion.",
+				Description: "InventoryItem is one collected object as seen through a Profile. Items are written by the collector only; users get, list and watch them. Labels name the target (kollect.dev/target), the profile (kollect.dev/profile), the source kind (kollect.dev/source-kind) and the cluster (kollect.dev/cluster); field selectors work on source.cluster, source.namespace, source.name, source.kind, source.apiVersion and source.uid, and on attributes.<name> of the selectable attributes.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"kind": {

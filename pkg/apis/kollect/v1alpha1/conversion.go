@@ -2,9 +2,16 @@ package v1alpha1
 
 import (
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"kollect.dev/kollect/pkg/apis/kollect"
 )
+
+// itemFields are the field selectors of both item kinds; each also has
+// attributes.<name> for its selectable attributes (kollect.AttributeFieldPrefix).
+var itemFields = []string{"source.cluster", "source.apiVersion", "source.kind", "source.namespace", "source.name", "source.uid"}
 
 // selectableFields lists, per kind, the field selectors beyond
 // metadata.name and metadata.namespace. The registries compute the values.
@@ -19,9 +26,13 @@ var selectableFields = map[string][]string{
 	"EventSink":            {"spec.type"},
 	"Scope":                nil,
 	"ClusterScope":         nil,
-	"InventoryItem":        {"source.apiVersion", "source.kind", "source.namespace", "source.name", "source.uid"},
-	"ClusterInventoryItem": {"source.apiVersion", "source.kind", "source.namespace", "source.name", "source.uid"},
+	"MemberCluster":        {"spec.kubeconfigSecretRef.namespace", "spec.kubeconfigSecretRef.name"},
+	"InventoryItem":        itemFields,
+	"ClusterInventoryItem": itemFields,
 }
+
+// itemKinds have a field per selectable attribute.
+var itemKinds = map[string]bool{"InventoryItem": true, "ClusterInventoryItem": true}
 
 func addFieldLabelConversionFuncs(scheme *runtime.Scheme) error {
 	for kind, extra := range selectableFields {
@@ -29,7 +40,15 @@ func addFieldLabelConversionFuncs(scheme *runtime.Scheme) error {
 		for _, f := range extra {
 			allowed[f] = true
 		}
+		attributes := itemKinds[kind]
 		err := scheme.AddFieldLabelConversionFunc(SchemeGroupVersion.WithKind(kind), func(label, value string) (string, string, error) {
+			if name, ok := strings.CutPrefix(label, kollect.AttributeFieldPrefix); ok && attributes {
+				if !kollect.IsAttributeName(name) {
+					return "", "", fmt.Errorf("field label not supported for %s: %s: %q is not an attribute name: it %s, at most %d characters",
+						kind, label, name, kollect.AttributeNameRule, kollect.MaxAttributeNameLength)
+				}
+				return label, value, nil
+			}
 			if !allowed[label] {
 				return "", "", fmt.Errorf("field label not supported for %s: %s", kind, label)
 			}

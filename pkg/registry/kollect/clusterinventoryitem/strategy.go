@@ -22,5 +22,6 @@ var kind = common.Static[*kollect.ClusterInventoryItem]{
 }
 
 func selectableFields(obj runtime.Object) fields.Set {
-	return common.SourceFields(&obj.(*kollect.ClusterInventoryItem).Source)
+	i := obj.(*kollect.ClusterInventoryItem)
+	return common.ItemFields(&i.Source, i.Attributes, i.SelectableAttributes)
 }

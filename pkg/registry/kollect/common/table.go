@@ -203,6 +203,7 @@ func ScopeCells(floor *metav1.Duration, kinds []kollect.GroupKind, sinkLists ...
 
 // ItemColumns are the columns of InventoryItems and ClusterInventoryItems.
 var ItemColumns = []metav1.TableColumnDefinition{
+	Column("Cluster", "The cluster the collected object lives in."),
 	Column("Kind", "The kind of the collected object."),
 	Column("Source", "The collected object, as namespace/name."),
 	Column("Target", "The target that collected it."),
@@ -218,12 +219,28 @@ func ItemCells(m *metav1.ObjectMeta, src *kollect.ItemSource, hash string) []any
 	if len(hash) > 12 {
 		hash = hash[:12]
 	}
-	return []any{src.Kind, source, m.Labels[kollect.LabelTarget], hash}
+	return []any{src.Cluster, src.Kind, source, m.Labels[kollect.LabelTarget], hash}
 }
 
-// SourceFields are the field selectors of an item's source.
-func SourceFields(src *kollect.ItemSource) fields.Set {
+// ItemFields are the field selectors of an item: its source's, and
+// attributes.<name> of each selectable attribute with a scalar value
+// (kollect.AttributeFieldValue).
+func ItemFields(src *kollect.ItemSource, attributes map[string]kollect.Value, selectable []string) fields.Set {
+	set := sourceFields(src)
+	for _, name := range selectable {
+		if v, ok := attributes[name]; ok {
+			if text, ok := kollect.AttributeFieldValue(v); ok {
+				set[kollect.AttributeFieldPrefix+name] = text
+			}
+		}
+	}
+	return set
+}
+
+// sourceFields are the field selectors of an item's source.
+func sourceFields(src *kollect.ItemSource) fields.Set {
 	return fields.Set{
+		"source.cluster":    src.Cluster,
 		"source.apiVersion": src.APIVersion,
 		"source.kind":       src.Kind,
 		"source.namespace":  src.Namespace,

@@ -21,5 +21,6 @@ var kind = common.Static[*kollect.InventoryItem]{
 }
 
 func selectableFields(obj runtime.Object) fields.Set {
-	return common.SourceFields(&obj.(*kollect.InventoryItem).Source)
+	i := obj.(*kollect.InventoryItem)
+	return common.ItemFields(&i.Source, i.Attributes, i.SelectableAttributes)
 }
