@@ -182,9 +182,6 @@ const pagedItems = 100_000
 // the item store, by concurrent writers (etcd commits concurrent writes
 // together).
 func TestItemFieldSelectorPaging100k(t *testing.T) {
-	if testing.Short() {
-		t.Skip("stores 100,000 items")
-	}
 	srv := testserver.Start(t, testserver.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -195,6 +195,10 @@ func TestProbe(t *testing.T) {
 // member's). It runs in a child process: net/http reads the proxy
 // variables once per process.
 func TestNoProxyFromEnvironment(t *testing.T) {
+	if path := os.Getenv("MEMBERCONFIG_HELPER_KUBECONFIG"); path != "" {
+		probeBehindProxy(t, path) // the child process
+		return
+	}
 	c := memberCluster(t)
 	dns, err := dnstest.Start()
 	if err != nil {
@@ -217,7 +221,7 @@ func TestNoProxyFromEnvironment(t *testing.T) {
 	}
 	proxy, conns := netguardtest.Listen(t, "tcp", "127.0.0.1:0")
 
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestProxyHelper$", "-test.v")
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestNoProxyFromEnvironment$", "-test.v")
 	for _, kv := range os.Environ() {
 		if name, _, _ := strings.Cut(kv, "="); !strings.EqualFold(name, "no_proxy") {
 			cmd.Env = append(cmd.Env, kv)
@@ -237,12 +241,9 @@ func TestNoProxyFromEnvironment(t *testing.T) {
 	}
 }
 
-// TestProxyHelper is TestNoProxyFromEnvironment's child.
-func TestProxyHelper(t *testing.T) {
-	path := os.Getenv("MEMBERCONFIG_HELPER_KUBECONFIG")
-	if path == "" {
-		t.Skip("run by TestNoProxyFromEnvironment")
-	}
+// probeBehindProxy is TestNoProxyFromEnvironment in its child process,
+// whose environment names the proxy.
+func probeBehindProxy(t *testing.T, path string) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)

@@ -6,9 +6,9 @@ package fleet
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -203,23 +203,11 @@ func waitItems(ctx context.Context, t *testing.T, hub *collectenv.Env, selector 
 		for _, it := range list.Items {
 			got = append(got, it.Source.Name)
 		}
-		return fmt.Sprint(sorted(got)) == fmt.Sprint(sorted(names)), nil
+		return slices.Equal(slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(names))), nil
 	})
 	if err != nil {
 		t.Fatalf("items with %s: %v, want %v", selector, got, names)
 	}
-}
-
-func sorted(s []string) []string {
-	out := append([]string(nil), s...)
-	for i := range out {
-		for j := i + 1; j < len(out); j++ {
-			if out[j] < out[i] {
-				out[i], out[j] = out[j], out[i]
-			}
-		}
-	}
-	return out
 }
 
 // kubectl runs kubectl against the hub as admin.
