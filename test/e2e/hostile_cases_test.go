@@ -556,8 +556,23 @@ func (h *hostile) itemCases() []hostileCase {
 		},
 		{
 			name: "InventoryItems listed with a field selector on a field that is not selectable",
+			req:  hostileRequest{method: http.MethodGet, path: "ns:inventoryitems", query: "fieldSelector=content.data%3Dx"},
+			code: http.StatusBadRequest, want: []string{"content.data"},
+		},
+		{
+			name: "InventoryItems listed with a field selector on an attribute that cannot be named",
+			req:  hostileRequest{method: http.MethodGet, path: "ns:inventoryitems", query: "fieldSelector=attributes.9lives%3Dx"},
+			code: http.StatusBadRequest, want: []string{"attributes.9lives", "is not an attribute name"},
+		},
+		{
+			name: "InventoryItems listed with a field selector on an attribute name of 64 characters",
+			req:  hostileRequest{method: http.MethodGet, path: "ns:inventoryitems", query: "fieldSelector=attributes." + strings.Repeat("a", 64) + "%3Dx"},
+			code: http.StatusBadRequest, want: []string{"at most 63 characters"},
+		},
+		{
+			name: "InventoryItems listed by an attribute no item selects",
 			req:  hostileRequest{method: http.MethodGet, path: "ns:inventoryitems", query: "fieldSelector=attributes.data%3Dx"},
-			code: http.StatusBadRequest, want: []string{"attributes.data"},
+			code: http.StatusOK,
 		},
 		{
 			name: "InventoryItems watched with a malformed label selector",
