@@ -132,6 +132,9 @@ func (c *Collector) withdrawStatus(ctx context.Context, key targetKey) error {
 	if !key.Cluster {
 		return nil
 	}
+	if !c.holding() {
+		return errLeaseUnconfirmed
+	}
 	_, err := c.kollect.KollectV1alpha1().ClusterTargets().ApplyStatus(ctx,
 		applyv1alpha1.ClusterTarget(key.Name).WithStatus(applyv1alpha1.ClusterTargetStatus()),
 		metav1.ApplyOptions{FieldManager: c.fieldManager(), Force: true})

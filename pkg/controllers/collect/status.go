@@ -151,6 +151,9 @@ func (c *Collector) syncStatus(ctx context.Context, key targetKey) error {
 // the status subresource; the registry derives the conditions in the same
 // write. Server-side apply needs no read first and never conflicts.
 func (c *Collector) writeStatus(ctx context.Context, key targetKey, obs *v1alpha1.CollectionObservation, namespaces []string, unreachable time.Time) error {
+	if !c.holding() {
+		return errLeaseUnconfirmed // a replica that lost its lease reports nothing stale
+	}
 	col := applyv1alpha1.CollectionObservation().
 		WithObservedGeneration(obs.ObservedGeneration).
 		WithItemCount(obs.ItemCount).

@@ -23,6 +23,7 @@ func (c *Collector) syncObject(ctx context.Context, k objectKey) (err error) {
 	}
 	// Write nothing while another replica may lead.
 	if !c.holding() {
+		countWrite(c.storeFor(k.target).kind(), metrics.OpFenced)
 		return errLeaseUnconfirmed
 	}
 

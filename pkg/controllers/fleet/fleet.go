@@ -1,9 +1,13 @@
-// Package fleet runs the collection of member clusters: for every
-// MemberCluster it reads the kubeconfig Secret on the authority of the
-// user who registered it, builds a guarded client (pkg/memberconfig),
-// runs a collector for the member (pkg/controllers/collect, member mode),
-// probes the member, and reports in the MemberCluster's status. A deleted
-// MemberCluster's items are deleted before its finalizer goes.
+// Package fleet runs the collection of member clusters. Every replica runs
+// it; each member is collected by the replica that owns it (the ring of
+// pkg/controllers/shard) and only while that replica holds the member's
+// Lease kollect-member-<name> (pkg/controllers/lease), which also fences
+// every item and status write. For each member it owns, a replica reads
+// the kubeconfig Secret on the authority of the user who registered it,
+// builds a guarded client (pkg/memberconfig), runs a collector for the
+// member (pkg/controllers/collect, member mode), probes the member, and
+// reports in the MemberCluster's status. A deleted MemberCluster's items
+// are deleted before its finalizer goes.
 package fleet
 
 import (
@@ -29,7 +33,10 @@ import (
 	"kollect.dev/kollect/pkg/controllers/collect"
 	"kollect.dev/kollect/pkg/controllers/finalizers"
 	"kollect.dev/kollect/pkg/controllers/informers"
+	"kollect.dev/kollect/pkg/controllers/lease"
+	"kollect.dev/kollect/pkg/controllers/metrics"
 	"kollect.dev/kollect/pkg/controllers/plumbing"
+	"kollect.dev/kollect/pkg/controllers/shard"
 	applyv1alpha1 "kollect.dev/kollect/pkg/generated/applyconfiguration/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/generated/clientset/versioned"
 	kollectinformers "kollect.dev/kollect/pkg/generated/informers/externalversions"
@@ -64,7 +71,17 @@ type Config struct {
 	AllowExec bool
 	// ProbeInterval is the time between probes; 0 means DefaultProbeInterval.
 	ProbeInterval time.Duration
+	// Ring, when set, spreads the members over the live replicas, and
+	// each member's collection runs only while this replica holds the
+	// member's Lease in LeaseNamespace. Unset, this one replica collects
+	// every member without Leases.
+	Ring           *shard.Ring
+	LeaseNamespace string
+	Leases         lease.Timings
 }
+
+// MemberLeasePrefix starts the name of each member's Lease.
+const MemberLeasePrefix = "kollect-member-"
 
 // Controller runs one collector per MemberCluster.
 type Controller struct {
@@ -76,13 +93,25 @@ type Controller struct {
 	members kollectlisters.MemberClusterLister
 	queue   workqueue.TypedRateLimitingInterface[string]
 
-	// mu guards running: the members whose collector runs, by name.
-	mu      sync.Mutex
-	running map[string]*member
+	// mu guards owned: the members this replica owns, by name.
+	mu    sync.Mutex
+	owned map[string]*member
 }
 
-// member is one member's running collector and what its probes found.
+// member is a member cluster this replica owns: the campaign for its
+// Lease and, while the Lease is held, its collection.
 type member struct {
+	cancel context.CancelFunc // ends the campaign
+	done   chan struct{}      // closed once it ended and the Lease is released
+
+	mu     sync.Mutex
+	term   context.Context // while the Lease is held
+	fenced func() bool     // the term's fence; nil without a ring
+	run    *collection
+}
+
+// collection is one member's running collector and what its probes found.
+type collection struct {
 	fingerprint string // what the collector was built from
 	cancel      context.CancelFunc
 	done        chan struct{}
@@ -103,12 +132,17 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.ProbeInterval <= 0 {
 		cfg.ProbeInterval = DefaultProbeInterval
 	}
+	if cfg.Ring != nil {
+		if err := cfg.Leases.Validate(); err != nil {
+			return nil, err
+		}
+	}
 	clients, err := plumbing.NewClients(cfg.Collect.Host, plumbing.Limits{QPS: 20, Burst: 40}, cfg.Collect.Loopback, plumbing.Limits{QPS: 50, Burst: 100})
 	if err != nil {
 		return nil, err
 	}
 	c := &Controller{cfg: cfg, kube: clients.Kube, kollect: clients.Kollect,
-		queue: plumbing.NewQueue[string]("kollect_fleet_members"), running: map[string]*member{}}
+		queue: plumbing.NewQueue[string]("kollect_fleet_members"), owned: map[string]*member{}}
 	c.factory = kollectinformers.NewSharedInformerFactory(clients.Kollect, 0)
 	informers.InProcess(c.factory, cfg.Collect.Informers, &v1alpha1.MemberCluster{})
 	inf := c.factory.Kollect().V1alpha1().MemberClusters()
@@ -132,6 +166,17 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
+func (c *Controller) enqueueAll() {
+	list, err := c.members.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, mc := range list {
+		c.queue.Add(mc.Name)
+	}
+	metrics.FleetReplicas.Set(float64(len(c.cfg.Ring.Replicas())))
+}
+
 func (c *Controller) enqueue(obj any) {
 	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 		c.queue.Add(key)
@@ -142,17 +187,28 @@ func (c *Controller) enqueue(obj any) {
 func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("fleet")
 	ctx = klog.NewContext(ctx, logger)
+	metrics.RegisterFleet()
 	defer func() {
 		c.queue.ShutDown()
 		c.factory.Shutdown()
 		c.mu.Lock()
-		running := c.running
-		c.running = map[string]*member{}
+		owned := c.owned
+		c.owned = map[string]*member{}
 		c.mu.Unlock()
-		for _, m := range running {
-			m.stop()
+		// Every collection stops, then every Lease is released.
+		for _, m := range owned {
+			m.cancel()
 		}
+		for name, m := range owned {
+			<-m.done
+			forget(name)
+		}
+		metrics.FleetMembersOwned.Set(0)
 	}()
+	if c.cfg.Ring != nil {
+		// A change of the live replicas may move any member.
+		c.cfg.Ring.OnChange(c.enqueueAll)
+	}
 	c.factory.Start(ctx.Done())
 	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
@@ -171,21 +227,31 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// sync makes one member's collector match its MemberCluster: started,
-// restarted with a new kubeconfig, or stopped; its items deleted when the
-// MemberCluster is; its status reported.
+// sync makes one member's collection match its MemberCluster and this
+// replica's ownership: a member another replica owns is released; one this
+// replica owns is campaigned for, and while its Lease is held, collected
+// (started, restarted with a new kubeconfig, or stopped), reported, and
+// once deleted, its items deleted and its finalizer removed.
 func (c *Controller) sync(ctx context.Context, name string) error {
 	mc, err := c.members.Get(name)
 	if apierrors.IsNotFound(err) {
-		c.stop(name)
+		c.release(name)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
+	if c.cfg.Ring != nil && !c.cfg.Ring.Owns(name) {
+		c.release(name)
+		return nil
+	}
+	m := c.own(ctx, name)
+	if !m.holding() {
+		return nil // the campaign queues the member once it holds the Lease
+	}
 	if mc.DeletionTimestamp != nil {
-		c.stop(name)
-		if err := c.deleteItems(ctx, name); err != nil {
+		m.stopCollection()
+		if err := c.deleteItems(ctx, m, name); err != nil {
 			return err
 		}
 		return finalizers.Set[*v1alpha1.MemberCluster](ctx, c.kollect.KollectV1alpha1().MemberClusters(), name, v1alpha1.ItemsFinalizer, fieldManager, false)
@@ -203,11 +269,89 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 			return err // transient: retried
 		}
 		// Unusable: the collector stops, the items stay.
-		c.stop(name)
-		return c.report(ctx, mc, nil, class, err.Error())
+		m.stopCollection()
+		return c.report(ctx, mc, m, nil, class, err.Error())
 	}
-	m := c.start(ctx, mc, cfg, fingerprint)
-	return c.report(ctx, mc, m, "", "")
+	run := c.start(mc, m, cfg, fingerprint)
+	return c.report(ctx, mc, m, run, "", "")
+}
+
+// own returns the member, starting the campaign for its Lease when this
+// replica did not own it yet.
+func (c *Controller) own(ctx context.Context, name string) *member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m := c.owned[name]; m != nil {
+		return m
+	}
+	logger := klog.FromContext(ctx).WithValues("member", name)
+	campaignCtx, cancel := context.WithCancel(klog.NewContext(ctx, logger))
+	m := &member{cancel: cancel, done: make(chan struct{})}
+	c.owned[name] = m
+	metrics.FleetMembersOwned.Set(float64(len(c.owned)))
+	// hold collects while the Lease is held: the term ends when it is
+	// lost or released, and the collection stops before it is released.
+	hold := func(term context.Context, fence func() bool) {
+		logger.Info("Holding the member's Lease")
+		m.mu.Lock()
+		m.term, m.fenced = term, fence
+		m.mu.Unlock()
+		c.queue.Add(name)
+		<-term.Done()
+		m.mu.Lock()
+		m.term = nil
+		m.mu.Unlock()
+		m.stopCollection()
+	}
+	go func() {
+		defer close(m.done)
+		if c.cfg.Ring == nil {
+			hold(campaignCtx, nil)
+			return
+		}
+		lock := lease.NewLock(c.kube.CoordinationV1(), c.cfg.LeaseNamespace, MemberLeasePrefix+name, c.cfg.Collect.Identity)
+		held := func(term context.Context, t lease.Term) { hold(term, t.Holding) }
+		for campaignCtx.Err() == nil {
+			if err := lease.Hold(campaignCtx, lock, c.cfg.Leases, logger, held); err != nil {
+				logger.Error(err, "Cannot campaign for the member's Lease")
+				select {
+				case <-campaignCtx.Done():
+				case <-time.After(c.cfg.Leases.RetryPeriod):
+				}
+			}
+		}
+	}()
+	return m
+}
+
+// release gives up a member this replica owned: its collection stops, then
+// its Lease is released for the new owner.
+func (c *Controller) release(name string) {
+	c.mu.Lock()
+	m := c.owned[name]
+	delete(c.owned, name)
+	metrics.FleetMembersOwned.Set(float64(len(c.owned)))
+	c.mu.Unlock()
+	if m != nil {
+		m.cancel()
+		<-m.done
+		forget(name)
+		klog.Background().Info("Released the member to its new owner", "member", name)
+	}
+}
+
+// forget drops a member's series: another replica reports it now.
+func forget(name string) {
+	metrics.FleetMemberReachable.DeleteLabelValues(name)
+	metrics.FleetMemberLastSync.DeleteLabelValues(name)
+}
+
+// holding tells whether this replica may write for the member now: it
+// holds the Lease, confirmed within the renew deadline.
+func (m *member) holding() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.term != nil && m.term.Err() == nil && (m.fenced == nil || m.fenced())
 }
 
 // memberConfig reads and checks a member's kubeconfig. A class says why
@@ -245,28 +389,32 @@ func (c *Controller) memberConfig(ctx context.Context, mc *v1alpha1.MemberCluste
 	return cfg, fmt.Sprintf("%s/%s/%d", secret.UID, secret.ResourceVersion, mc.Generation), "", nil
 }
 
-// start runs a member's collector, unless one built from the same
-// kubeconfig runs already.
-func (c *Controller) start(ctx context.Context, mc *v1alpha1.MemberCluster, cfg *rest.Config, fingerprint string) *member {
-	c.mu.Lock()
-	old := c.running[mc.Name]
+// start runs a member's collector while the Lease is held, unless one
+// built from the same kubeconfig runs already.
+func (c *Controller) start(mc *v1alpha1.MemberCluster, m *member, cfg *rest.Config, fingerprint string) *collection {
+	m.mu.Lock()
+	old, term := m.run, m.term
 	if old != nil && old.fingerprint == fingerprint {
-		c.mu.Unlock()
+		m.mu.Unlock()
 		return old
 	}
-	delete(c.running, mc.Name)
-	c.mu.Unlock()
+	m.run = nil
+	m.mu.Unlock()
 	if old != nil {
 		old.stop()
 	}
+	if term == nil {
+		return nil
+	}
 
-	logger := klog.FromContext(ctx).WithValues("member", mc.Name)
+	logger := klog.FromContext(term).WithValues("member", mc.Name)
 	var err error
-	runCtx, cancel := context.WithCancel(ctx)
-	m := &member{fingerprint: fingerprint, cancel: cancel, done: make(chan struct{})}
+	runCtx, cancel := context.WithCancel(term)
+	run := &collection{fingerprint: fingerprint, cancel: cancel, done: make(chan struct{})}
 	ccfg := c.cfg.Collect
 	ccfg.Cluster = mc.Name
-	ccfg.Member = &collect.Member{Source: cfg, UnreachableSince: m.since}
+	ccfg.Member = &collect.Member{Source: cfg, UnreachableSince: run.since}
+	ccfg.Holding = m.holding
 	var collector *collect.Collector
 	ccfg.Mapper, err = kindmapper.ForHost(cfg)
 	if err == nil {
@@ -274,18 +422,25 @@ func (c *Controller) start(ctx context.Context, mc *v1alpha1.MemberCluster, cfg 
 	}
 	if err != nil {
 		cancel()
-		m.setProbe("", memberconfig.KubeconfigInvalid, err)
-		close(m.done)
-		return m
+		run.setProbe(mc.Name, "", memberconfig.KubeconfigInvalid, err)
+		close(run.done)
+		return run
 	}
-	m.collector = collector
-	c.mu.Lock()
-	c.running[mc.Name] = m
-	c.mu.Unlock()
+	run.collector = collector
+	m.mu.Lock()
+	if m.term != term {
+		// The term ended meanwhile: nothing may run under it.
+		m.mu.Unlock()
+		cancel()
+		close(run.done)
+		return nil
+	}
+	m.run = run
+	m.mu.Unlock()
 	go func() {
-		defer close(m.done)
+		defer close(run.done)
 		var wg sync.WaitGroup
-		wg.Go(func() { c.probe(runCtx, mc.Name, m, cfg) })
+		wg.Go(func() { c.probe(runCtx, mc.Name, run, cfg) })
 		if err := collector.Run(klog.NewContext(runCtx, logger)); err != nil && runCtx.Err() == nil {
 			logger.Error(err, "Member collector stopped")
 		}
@@ -293,12 +448,12 @@ func (c *Controller) start(ctx context.Context, mc *v1alpha1.MemberCluster, cfg 
 		wg.Wait()
 	}()
 	logger.Info("Collecting from member")
-	return m
+	return run
 }
 
 // probe asks the member for its version every interval and reports a
 // change of reachability.
-func (c *Controller) probe(ctx context.Context, name string, m *member, cfg *rest.Config) {
+func (c *Controller) probe(ctx context.Context, name string, m *collection, cfg *rest.Config) {
 	for {
 		pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		version, err := memberconfig.Probe(pctx, cfg)
@@ -306,7 +461,7 @@ func (c *Controller) probe(ctx context.Context, name string, m *member, cfg *res
 		if ctx.Err() != nil {
 			return
 		}
-		if m.setProbe(version, memberconfig.ClassOf(err), err) {
+		if m.setProbe(name, version, memberconfig.ClassOf(err), err) {
 			m.collector.RequeueStatuses()
 		}
 		// Each probe also syncs the member: its Secret is read again (a
@@ -320,15 +475,19 @@ func (c *Controller) probe(ctx context.Context, name string, m *member, cfg *res
 	}
 }
 
-// setProbe records a probe; true when reachability changed.
-func (m *member) setProbe(version, class string, err error) bool {
+// setProbe records a probe of the member name; true when reachability
+// changed.
+func (m *collection) setProbe(name, version, class string, err error) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	wasUnreachable := !m.unreachableSince.IsZero()
 	if err == nil {
 		m.version, m.lastSync, m.unreachableSince, m.errClass, m.err = version, time.Now(), time.Time{}, "", ""
+		metrics.FleetMemberReachable.WithLabelValues(name).Set(1)
+		metrics.FleetMemberLastSync.WithLabelValues(name).Set(float64(m.lastSync.Unix()))
 		return wasUnreachable
 	}
+	metrics.FleetMemberReachable.WithLabelValues(name).Set(0)
 	m.errClass, m.err = class, err.Error()
 	if m.unreachableSince.IsZero() {
 		m.unreachableSince = time.Now()
@@ -336,32 +495,39 @@ func (m *member) setProbe(version, class string, err error) bool {
 	return !wasUnreachable
 }
 
-func (m *member) since() time.Time {
+func (m *collection) since() time.Time {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.unreachableSince
 }
 
-func (m *member) stop() {
+func (m *collection) stop() {
 	m.cancel()
 	<-m.done
 }
 
-func (c *Controller) stop(name string) {
-	c.mu.Lock()
-	m := c.running[name]
-	delete(c.running, name)
-	c.mu.Unlock()
-	if m != nil {
-		m.stop()
+// stopCollection stops the member's collector, if one runs.
+func (m *member) stopCollection() {
+	m.mu.Lock()
+	run := m.run
+	m.run = nil
+	m.mu.Unlock()
+	if run != nil {
+		run.stop()
 	}
 }
 
 // report writes status.collection; the registry derives the conditions.
-func (c *Controller) report(ctx context.Context, mc *v1alpha1.MemberCluster, m *member, class, msg string) error {
+func (c *Controller) report(ctx context.Context, mc *v1alpha1.MemberCluster, owner *member, m *collection, class, msg string) error {
 	obs := applyv1alpha1.MemberObservation().WithObservedGeneration(mc.Generation).WithOwner(c.cfg.Collect.Identity)
 	if m != nil {
 		m.mu.Lock()
+		if m.unreachableSince.IsZero() && m.lastSync.IsZero() && m.errClass == "" {
+			// Not probed yet (a new collector, or a new owner's): the
+			// first probe reports, rather than a passing Reachable=False.
+			m.mu.Unlock()
+			return nil
+		}
 		reachable := m.unreachableSince.IsZero() && !m.lastSync.IsZero()
 		obs.WithReachable(reachable)
 		if m.version != "" {
@@ -386,6 +552,9 @@ func (c *Controller) report(ctx context.Context, mc *v1alpha1.MemberCluster, m *
 	}
 	if prev := mc.Status.Collection; prev != nil && sameReport(prev, obs) {
 		return nil
+	}
+	if !owner.holding() {
+		return nil // the new holder reports
 	}
 	_, err := c.kollect.KollectV1alpha1().MemberClusters().ApplyStatus(ctx,
 		applyv1alpha1.MemberCluster(mc.Name).WithStatus(applyv1alpha1.MemberClusterStatus().WithCollection(obs)),
@@ -427,8 +596,9 @@ func sameReport(prev *v1alpha1.MemberObservation, obs *applyv1alpha1.MemberObser
 	return time.Since(t(prev.LastSyncTime)) < time.Minute
 }
 
-// deleteItems deletes every item collected from a member, of every target.
-func (c *Controller) deleteItems(ctx context.Context, name string) error {
+// deleteItems deletes every item collected from a member, of every target,
+// while this replica holds the member's Lease.
+func (c *Controller) deleteItems(ctx context.Context, m *member, name string) error {
 	selector := labels.SelectorFromSet(labels.Set{kollect.LabelCluster: name})
 	for _, store := range []*itemstore.Store{c.cfg.Collect.Items, c.cfg.Collect.ClusterItems} {
 		var stored []itemstore.Stored
@@ -436,6 +606,9 @@ func (c *Controller) deleteItems(ctx context.Context, name string) error {
 			return err
 		}
 		for _, s := range stored {
+			if !m.holding() {
+				return errors.New("the member's Lease is no longer confirmed")
+			}
 			if err := store.Delete(ctx, s.Namespace, s.Name); err != nil && !apierrors.IsNotFound(err) {
 				return err
 			}

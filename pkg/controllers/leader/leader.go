@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -22,14 +23,15 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
 	"kollect.dev/kollect/pkg/controllers/collect"
 	"kollect.dev/kollect/pkg/controllers/export"
 	"kollect.dev/kollect/pkg/controllers/fleet"
+	"kollect.dev/kollect/pkg/controllers/lease"
 	"kollect.dev/kollect/pkg/controllers/metrics"
+	"kollect.dev/kollect/pkg/controllers/shard"
 )
 
 // LeaseName is the Lease the replicas compete for.
@@ -107,7 +109,7 @@ func (o *Options) Validate() []error {
 		if o.Namespace == "" {
 			errs = append(errs, errors.New("--leader-election-namespace is required with --leader-elect"))
 		}
-		if o.RetryPeriod <= 0 || o.RenewDeadline <= o.RetryPeriod || o.LeaseDuration <= o.RenewDeadline {
+		if o.timings().Validate() != nil {
 			errs = append(errs, fmt.Errorf("leader election needs 0 < --leader-election-retry-period (%s) < --leader-election-renew-deadline (%s) < --leader-election-lease-duration (%s)",
 				o.RetryPeriod, o.RenewDeadline, o.LeaseDuration))
 		}
@@ -133,6 +135,12 @@ func (o *Options) Validate() []error {
 		errs = append(errs, fmt.Errorf("--collect-workers must be at least 1, got %d", o.Workers))
 	}
 	return errs
+}
+
+// timings are the Leases' timings: the controllers', the replicas' and the
+// members'.
+func (o *Options) timings() lease.Timings {
+	return lease.Timings{LeaseDuration: o.LeaseDuration, RenewDeadline: o.RenewDeadline, RetryPeriod: o.RetryPeriod}
 }
 
 // Identity names this replica in the Lease: $POD_NAME when set, else the
@@ -254,17 +262,6 @@ func (o *Options) Run(ctx context.Context, host *rest.Config, cfg Configs) error
 			})
 		})
 		wg.Go(func() {
-			keep(ctx, "fleet", func(ctx context.Context) error {
-				fcfg := cfg.Fleet
-				fcfg.Collect = cfg.Collect
-				c, err := fleet.New(fcfg)
-				if err != nil {
-					return err
-				}
-				return c.Run(ctx)
-			})
-		})
-		wg.Go(func() {
 			keep(ctx, "export", func(ctx context.Context) error {
 				c, err := export.New(cfg.Export)
 				if err != nil {
@@ -275,6 +272,28 @@ func (o *Options) Run(ctx context.Context, host *rest.Config, cfg Configs) error
 		})
 		wg.Wait()
 	}
+	// Member clusters are collected on every replica, each by its owner
+	// (pkg/controllers/fleet); the host cluster and the exports by the
+	// leader only.
+	var fleetDone sync.WaitGroup
+	defer fleetDone.Wait()
+	fcfg := cfg.Fleet
+	fcfg.Collect = cfg.Collect
+	if o.LeaderElect {
+		ring := shard.New(kube.CoordinationV1().Leases(o.Namespace), identity, o.timings())
+		fleetDone.Go(func() { ring.Run(ctx) })
+		fcfg.Ring, fcfg.LeaseNamespace, fcfg.Leases = ring, o.Namespace, o.timings()
+	}
+	fleetDone.Go(func() {
+		keep(ctx, "fleet", func(ctx context.Context) error {
+			c, err := fleet.New(fcfg)
+			if err != nil {
+				return err
+			}
+			return c.Run(ctx)
+		})
+	})
+
 	if !o.LeaderElect {
 		metrics.Leader.Set(1)
 		defer metrics.Leader.Set(0)
@@ -282,109 +301,41 @@ func (o *Options) Run(ctx context.Context, host *rest.Config, cfg Configs) error
 		run(ctx, time.Now().UnixMicro())
 		return nil
 	}
-	lock := &confirmedLock{Interface: &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: o.Namespace, Name: LeaseName},
-		Client:     kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
-	}}
+	lock := lease.NewLock(kube.CoordinationV1(), o.Namespace, LeaseName, identity)
 	// The collector writes items only while the Lease is confirmed within
-	// the renew deadline, the bound the elector itself gives up at.
-	cfg.Collect.Holding = func() bool { return lock.within(o.RenewDeadline) }
+	// the renew deadline, the bound the elector itself gives up at, and
+	// only under the hold (term) it was started in.
+	var term atomic.Pointer[lease.Term]
+	cfg.Collect.Holding = func() bool { t := term.Load(); return t != nil && t.Holding() }
 	logger := klog.FromContext(ctx).WithValues("lease", o.Namespace+"/"+LeaseName, "identity", identity)
+	lead := func(runCtx context.Context, t lease.Term) {
+		term.Store(&t)
+		metrics.Leader.Set(1)
+		defer metrics.Leader.Set(0)
+		// The controllers run with this term's epoch. The elector may
+		// re-acquire the Lease without calling us again (after a pause,
+		// once another leader released it): a new acquisition is a new
+		// epoch, so they restart with it.
+		for runCtx.Err() == nil {
+			epoch, ok := o.readEpoch(runCtx, lock, logger)
+			if !ok {
+				break
+			}
+			termCtx, endTerm := context.WithCancel(runCtx)
+			go o.watchEpoch(termCtx, lock, epoch, endTerm)
+			logger.Info("Leading: starting the controllers", "epoch", epoch)
+			run(klog.NewContext(termCtx, logger), epoch)
+			endTerm()
+		}
+		logger.Info("Controllers stopped")
+	}
 	for ctx.Err() == nil {
-		if err := o.campaign(ctx, lock, logger, run); err != nil {
+		if err := lease.Hold(ctx, lock, o.timings(), logger, lead); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// campaign runs one leader election: it returns when the lease is lost
-// (after the controllers stopped) or, once ctx is done, after the
-// controllers stopped and the lease was released.
-func (o *Options) campaign(ctx context.Context, lock resourcelock.Interface, logger klog.Logger, run func(context.Context, int64)) error {
-	// The election outlives ctx: on shutdown the controllers stop first,
-	// and only then is the lease released (ReleaseOnCancel requires it).
-	electCtx, cancelElect := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelElect()
-
-	var (
-		mu      sync.Mutex
-		closed  bool // no controllers may start any more
-		running bool
-		stopped = make(chan struct{})
-	)
-	// settle forbids new starts and waits for running controllers.
-	settle := func() {
-		mu.Lock()
-		closed = true
-		wasRunning := running
-		mu.Unlock()
-		if wasRunning {
-			<-stopped
+		if ctx.Err() == nil {
+			logger.Info("Lost the lease; campaigning again")
 		}
-	}
-	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		Name:            LeaseName,
-		LeaseDuration:   o.LeaseDuration,
-		RenewDeadline:   o.RenewDeadline,
-		RetryPeriod:     o.RetryPeriod,
-		ReleaseOnCancel: true,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(leCtx context.Context) {
-				mu.Lock()
-				if closed {
-					mu.Unlock()
-					return
-				}
-				running = true
-				mu.Unlock()
-				defer close(stopped)
-				runCtx, cancel := context.WithCancel(leCtx)
-				defer cancel()
-				stop := context.AfterFunc(ctx, cancel)
-				defer stop()
-				metrics.Leader.Set(1)
-				defer metrics.Leader.Set(0)
-				// The controllers run with this term's epoch. The elector
-				// may re-acquire the Lease without calling us again (after
-				// a pause, once another leader released it): a new
-				// acquisition is a new epoch, so they restart with it.
-				for runCtx.Err() == nil {
-					epoch, ok := o.readEpoch(runCtx, lock, logger)
-					if !ok {
-						break
-					}
-					termCtx, endTerm := context.WithCancel(runCtx)
-					go o.watchEpoch(termCtx, lock, epoch, endTerm)
-					logger.Info("Leading: starting the controllers", "epoch", epoch)
-					run(klog.NewContext(termCtx, logger), epoch)
-					endTerm()
-				}
-				logger.Info("Controllers stopped")
-			},
-			OnStoppedLeading: func() {},
-			OnNewLeader: func(id string) {
-				logger.V(1).Info("Leader elected", "leader", id)
-			},
-		},
-	})
-	if err != nil {
-		return err
-	}
-	go func() {
-		select {
-		case <-ctx.Done():
-			settle()
-			cancelElect()
-		case <-electCtx.Done():
-		}
-	}()
-	elector.Run(electCtx)
-	settle()
-	if ctx.Err() == nil {
-		logger.Info("Lost the lease; campaigning again")
 	}
 	return nil
 }

@@ -19,6 +19,10 @@ const (
 	OpDelete = "delete"
 	// OpSkip counts extractions whose hash matched the stored item: no write.
 	OpSkip = "skip"
+	// OpFenced counts object syncs refused because this replica's lease
+	// (the controllers' or a member's) was not confirmed: it may have
+	// another holder, whose writes these would overwrite.
+	OpFenced = "fenced"
 )
 
 var (
@@ -36,7 +40,7 @@ var (
 	ItemWrites = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace:      namespace,
 		Name:           "item_writes_total",
-		Help:           "Item writes by item kind and operation; op=skip counts extractions whose content hash was unchanged.",
+		Help:           "Item writes by item kind and operation; op=skip counts extractions whose content hash was unchanged, op=fenced object syncs refused while this replica's lease was unconfirmed.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"kind", "op"})
 
@@ -52,7 +56,7 @@ var (
 	Items = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace:      namespace,
 		Name:           "items",
-		Help:           "Items the collector maintains, by item kind (0 on replicas that are not the leader).",
+		Help:           "Items the collectors of this replica maintain, by item kind: the host cluster's on the leader, each member cluster's on the replica that owns it.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"kind"})
 
