@@ -73,6 +73,7 @@ func TestMemberCollection(t *testing.T) {
 		{"selecting a member needs use on it", testUseNeeded},
 		{"items across members", testItemsAcrossMembers},
 		{"a stopped member and changes made meanwhile", testStoppedMember},
+		{"hostile member kubeconfigs", testHostileMembers},
 		{"a deleted member's items go", testDeletedMember},
 	} {
 		if !t.Run(st.name, func(t *testing.T) { st.run(ctx, t, f) }) {
