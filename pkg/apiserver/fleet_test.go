@@ -2,6 +2,7 @@ package apiserver_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/apiserver/testserver"
+	applyv1alpha1 "kollect.dev/kollect/pkg/generated/applyconfiguration/kollect/v1alpha1"
 	typed "kollect.dev/kollect/pkg/generated/clientset/versioned/typed/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/registry/kollect/tenancy"
 	tenancyrules "kollect.dev/kollect/pkg/tenancy"
@@ -299,6 +301,37 @@ func TestClusterTargetMembersStatus(t *testing.T) {
 	ct.Status.Clusters = append(ct.Status.Clusters, v1alpha1.ClusterCollection{Name: "east"})
 	_, err = targets.UpdateStatus(ctx, ct, metav1.UpdateOptions{})
 	expectInvalid(t, err, "status.clusters[2].name")
+}
+
+// TestClusterTargetMembersSorted: each member's collector applies its own
+// entry of status.clusters under its own field manager; whatever order
+// the reports come in, the entries are sorted by name, as the API says.
+func TestClusterTargetMembersSorted(t *testing.T) {
+	srv := testserver.Start(t, testserver.Options{})
+	ctx := tenancyContext(t)
+	targets := srv.Client.KollectV1alpha1().ClusterTargets()
+	if _, err := targets.Create(ctx, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "fleet"}, Spec: v1alpha1.ClusterTargetSpec{
+		ProfileRef:      v1alpha1.NamespacedObjectReference{Namespace: "kollect-system", Name: "deployments"},
+		ClusterSelector: &metav1.LabelSelector{},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, member := range []string{"west", "north", "east"} {
+		ct, err := targets.ApplyStatus(ctx, applyv1alpha1.ClusterTarget("fleet").WithStatus(applyv1alpha1.ClusterTargetStatus().WithClusters(
+			applyv1alpha1.ClusterCollection().WithName(member).WithCollection(applyv1alpha1.CollectionObservation().WithObservedGeneration(1).WithItemCount(1)))),
+			metav1.ApplyOptions{FieldManager: "kollect-collector-" + member, Force: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = names[:0]
+		for _, c := range ct.Status.Clusters {
+			names = append(names, c.Name)
+		}
+	}
+	if want := []string{"east", "north", "west"}; !slices.Equal(names, want) {
+		t.Errorf("status.clusters %v, want %v", names, want)
+	}
 }
 
 // TestMemberClustersInTenantMode: MemberClusters are a cluster kind: with

@@ -4,6 +4,9 @@
 package clustertarget
 
 import (
+	"slices"
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -23,6 +26,7 @@ var kind = common.SpecStatus[*kollect.ClusterTarget, kollect.ClusterTargetSpec, 
 	Spec:   func(o *kollect.ClusterTarget) *kollect.ClusterTargetSpec { return &o.Spec },
 	Status: func(o *kollect.ClusterTarget) *kollect.ClusterTargetStatus { return &o.Status },
 	Derive: func(t *kollect.ClusterTarget, now metav1.Time) {
+		sortClusters(t.Status.Clusters)
 		t.Status.ObservedGeneration = t.Generation
 		t.Status.Conditions = derive.ClusterTargetConditions(t.Generation, t.Spec.Suspend, t.Spec.ClusterSelector != nil,
 			t.Status.Collection, t.Status.Clusters, t.Status.Conditions, now)
@@ -35,6 +39,21 @@ var kind = common.SpecStatus[*kollect.ClusterTarget, kollect.ClusterTargetSpec, 
 	Requester:         func(o *kollect.ClusterTarget) **kollect.RequesterInfo { return &o.Status.Requester },
 	Finalizer:         v1alpha1.ItemsFinalizer,
 	ReferencesChanged: tenancy.ClusterTargetReferencesChanged,
+}
+
+// sortClusters sorts the members' entries by name, as the API promises:
+// each member's collector applies its own entry, which server-side apply
+// appends. Entries that share a name stay where they are, so that
+// validation names the indexes the client sent.
+func sortClusters(clusters []kollect.ClusterCollection) {
+	seen := make(map[string]bool, len(clusters))
+	for _, c := range clusters {
+		if seen[c.Name] {
+			return
+		}
+		seen[c.Name] = true
+	}
+	slices.SortFunc(clusters, func(a, b kollect.ClusterCollection) int { return strings.Compare(a.Name, b.Name) })
 }
 
 func selectableFields(obj runtime.Object) fields.Set {
