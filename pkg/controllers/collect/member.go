@@ -150,8 +150,13 @@ func (c *Collector) fieldManager() string {
 	if c.cfg.Member == nil {
 		return fieldManager
 	}
-	return fieldManager + "-" + c.cfg.Cluster
+	return MemberFieldManager(c.cfg.Cluster)
 }
+
+// MemberFieldManager is the field manager of a member's entries in the
+// ClusterTargets' status.clusters: the fleet controller withdraws them, or
+// marks them unreachable, under it when the member's collector cannot.
+func MemberFieldManager(member string) string { return fieldManager + "-" + member }
 
 // scopedItems is an item store seen by one cluster's collector: lists and
 // watches show only that cluster's items (for the host, also items stored

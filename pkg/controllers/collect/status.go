@@ -147,13 +147,9 @@ func (c *Collector) syncStatus(ctx context.Context, key targetKey) error {
 	return nil
 }
 
-// writeStatus applies status.collection (and matchedNamespaces) through
-// the status subresource; the registry derives the conditions in the same
-// write. Server-side apply needs no read first and never conflicts.
-func (c *Collector) writeStatus(ctx context.Context, key targetKey, obs *v1alpha1.CollectionObservation, namespaces []string, unreachable time.Time) error {
-	if !c.holding() {
-		return errLeaseUnconfirmed // a replica that lost its lease reports nothing stale
-	}
+// ObservationApply is obs as an apply configuration: what a collector
+// applies, field for field.
+func ObservationApply(obs *v1alpha1.CollectionObservation) *applyv1alpha1.CollectionObservationApplyConfiguration {
 	col := applyv1alpha1.CollectionObservation().
 		WithObservedGeneration(obs.ObservedGeneration).
 		WithItemCount(obs.ItemCount).
@@ -173,6 +169,17 @@ func (c *Collector) writeStatus(ctx context.Context, key targetKey, obs *v1alpha
 	if obs.LastChangeTime != nil {
 		col.WithLastChangeTime(*obs.LastChangeTime)
 	}
+	return col
+}
+
+// writeStatus applies status.collection (and matchedNamespaces) through
+// the status subresource; the registry derives the conditions in the same
+// write. Server-side apply needs no read first and never conflicts.
+func (c *Collector) writeStatus(ctx context.Context, key targetKey, obs *v1alpha1.CollectionObservation, namespaces []string, unreachable time.Time) error {
+	if !c.holding() {
+		return errLeaseUnconfirmed // a replica that lost its lease reports nothing stale
+	}
+	col := ObservationApply(obs)
 	opts := metav1.ApplyOptions{FieldManager: c.fieldManager(), Force: true}
 	api := c.kollect.KollectV1alpha1()
 	if c.cfg.Member != nil {

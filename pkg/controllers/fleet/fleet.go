@@ -91,6 +91,7 @@ type Controller struct {
 
 	factory kollectinformers.SharedInformerFactory
 	members kollectlisters.MemberClusterLister
+	targets kollectlisters.ClusterTargetLister
 	queue   workqueue.TypedRateLimitingInterface[string]
 
 	// mu guards owned: the members this replica owns, by name.
@@ -144,9 +145,10 @@ func New(cfg Config) (*Controller, error) {
 	c := &Controller{cfg: cfg, kube: clients.Kube, kollect: clients.Kollect,
 		queue: plumbing.NewQueue[string]("kollect_fleet_members"), owned: map[string]*member{}}
 	c.factory = kollectinformers.NewSharedInformerFactory(clients.Kollect, 0)
-	informers.InProcess(c.factory, cfg.Collect.Informers, &v1alpha1.MemberCluster{})
+	informers.InProcess(c.factory, cfg.Collect.Informers, &v1alpha1.MemberCluster{}, &v1alpha1.ClusterTarget{})
 	inf := c.factory.Kollect().V1alpha1().MemberClusters()
 	c.members = inf.Lister()
+	c.targets = c.factory.Kollect().V1alpha1().ClusterTargets().Lister()
 	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueue,
 		UpdateFunc: func(old, obj any) {
@@ -254,6 +256,9 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		if err := c.deleteItems(ctx, m, name); err != nil {
 			return err
 		}
+		if err := c.reportToTargets(ctx, m, name, nil); err != nil {
+			return err
+		}
 		return finalizers.Set[*v1alpha1.MemberCluster](ctx, c.kollect.KollectV1alpha1().MemberClusters(), name, v1alpha1.ItemsFinalizer, fieldManager, false)
 	}
 	if !hasFinalizer(mc) {
@@ -268,8 +273,16 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		if class == "" {
 			return err // transient: retried
 		}
-		// Unusable: the collector stops, the items stay.
+		// Unusable: the collector stops, the items stay, and the
+		// ClusterTargets say since when the member is not collected.
 		m.stopCollection()
+		now := metav1.NewTime(time.Now().Truncate(time.Second))
+		if err := c.reportToTargets(ctx, m, name, &now); err != nil {
+			return err
+		}
+		// No probe runs: the Secret is read again after a probe interval,
+		// so that a fixed one is taken up without an edit of the member.
+		c.queue.AddAfter(name, c.cfg.ProbeInterval)
 		return c.report(ctx, mc, m, nil, class, err.Error())
 	}
 	run := c.start(mc, m, cfg, fingerprint)
@@ -594,6 +607,39 @@ func sameReport(prev *v1alpha1.MemberObservation, obs *applyv1alpha1.MemberObser
 		return false
 	}
 	return time.Since(t(prev.LastSyncTime)) < time.Minute
+}
+
+// reportToTargets speaks for a member whose collector cannot, in the
+// ClusterTargets' status.clusters, under the member's field manager: with
+// unreachable nil it withdraws the member's entries (the member is gone);
+// else it marks them unreachable since then, keeping what the collector
+// last reported, until a collector runs and reports again.
+func (c *Controller) reportToTargets(ctx context.Context, m *member, name string, unreachable *metav1.Time) error {
+	targets, err := c.targets.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	opts := metav1.ApplyOptions{FieldManager: collect.MemberFieldManager(name), Force: true}
+	for _, ct := range targets {
+		i := slices.IndexFunc(ct.Status.Clusters, func(e v1alpha1.ClusterCollection) bool { return e.Name == name })
+		if i < 0 || (unreachable != nil && ct.Status.Clusters[i].UnreachableSince != nil) {
+			continue
+		}
+		status := applyv1alpha1.ClusterTargetStatus()
+		if unreachable != nil {
+			e := ct.Status.Clusters[i]
+			status.WithClusters(applyv1alpha1.ClusterCollection().WithName(name).
+				WithCollection(collect.ObservationApply(&e.Collection)).WithUnreachableSince(*unreachable))
+		}
+		if !m.holding() {
+			return errors.New("the member's Lease is no longer confirmed")
+		}
+		_, err := c.kollect.KollectV1alpha1().ClusterTargets().ApplyStatus(ctx, applyv1alpha1.ClusterTarget(ct.Name).WithStatus(status), opts)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 // deleteItems deletes every item collected from a member, of every target,

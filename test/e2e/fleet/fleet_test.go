@@ -74,6 +74,7 @@ func TestMemberCollection(t *testing.T) {
 		{"items across members", testItemsAcrossMembers},
 		{"a stopped member and changes made meanwhile", testStoppedMember},
 		{"hostile member kubeconfigs", testHostileMembers},
+		{"a selected member's kubeconfig turned unusable", testUnusableKubeconfig},
 		{"a deleted member's items go", testDeletedMember},
 	} {
 		if !t.Run(st.name, func(t *testing.T) { st.run(ctx, t, f) }) {
@@ -378,6 +379,60 @@ func testDeletedMember(ctx context.Context, t *testing.T, f *fleet) {
 	waitItems(ctx, t, hub, "source.cluster=east")
 	waitGone(ctx, t, hub, "east")
 	checkItems(ctx, t, hub, "", "west/cache redis:7.4", "west/web nginx:1.27")
+	// Nor does the ClusterTarget report it any more.
+	waitClusterTarget(ctx, t, hub, "prod-deployments", "east's entry withdrawn", func(ct *v1alpha1.ClusterTarget) bool {
+		return len(ct.Status.Clusters) == 1 && ct.Status.Clusters[0].Name == "west"
+	})
+}
+
+// testUnusableKubeconfig: a selected member whose Secret turns into a
+// kubeconfig the hub refuses stops being collected; its items stay, and
+// the ClusterTarget says so (Degraded naming it), until the Secret is fixed.
+func testUnusableKubeconfig(ctx context.Context, t *testing.T, f *fleet) {
+	hub := f.hub
+	secrets := hub.Kube.CoreV1().Secrets("fleet")
+	good, err := secrets.Get(ctx, "west-kubeconfig", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := clientcmd.Load(good.Data["kubeconfig"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		c.InsecureSkipTLSVerify, c.CertificateAuthorityData = true, nil
+	}
+	insecure, err := clientcmd.Write(*cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := good.DeepCopy()
+	bad.Data = map[string][]byte{"kubeconfig": insecure}
+	if _, err := secrets.Update(ctx, bad, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitMemberStatus(ctx, t, hub, "west", "errorClass KubeconfigInvalid", func(m *v1alpha1.MemberCluster) bool {
+		return m.Status.Collection != nil && m.Status.Collection.ErrorClass == "KubeconfigInvalid"
+	})
+	waitClusterTarget(ctx, t, hub, "prod-deployments", "Degraded=True naming west", func(ct *v1alpha1.ClusterTarget) bool {
+		c := meta.FindStatusCondition(ct.Status.Conditions, kollect.ConditionDegraded)
+		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "west")
+	})
+	checkItems(ctx, t, hub, "source.cluster=west", "west/cache redis:7.4", "west/web nginx:1.27")
+
+	fixed, err := secrets.Get(ctx, "west-kubeconfig", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed.Data = good.Data
+	if _, err := secrets.Update(ctx, fixed, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitMember(ctx, t, hub, "west", metav1.ConditionTrue)
+	waitClusterTarget(ctx, t, hub, "prod-deployments", "Degraded not True", func(ct *v1alpha1.ClusterTarget) bool {
+		c := meta.FindStatusCondition(ct.Status.Conditions, kollect.ConditionDegraded)
+		return c == nil || c.Status != metav1.ConditionTrue
+	})
 }
 
 func deployment(name, image string) *appsv1.Deployment {

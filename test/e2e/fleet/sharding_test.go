@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
-	"kollect.dev/kollect/pkg/controllers/fleet"
+	fleetctl "kollect.dev/kollect/pkg/controllers/fleet"
 	"kollect.dev/kollect/pkg/controllers/shard"
 	"kollect.dev/kollect/pkg/localcluster"
 	"kollect.dev/kollect/test/collectenv"
@@ -311,7 +311,7 @@ func (s *sharded) memberLeases(ctx context.Context, t *testing.T) map[string]*co
 	t.Helper()
 	out := map[string]*coordinationv1.Lease{}
 	for _, m := range s.members {
-		l, err := s.hub.Kube.CoordinationV1().Leases(localcluster.KollectNamespace).Get(ctx, fleet.MemberLeasePrefix+m, metav1.GetOptions{})
+		l, err := s.hub.Kube.CoordinationV1().Leases(localcluster.KollectNamespace).Get(ctx, fleetctl.MemberLeasePrefix+m, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
