@@ -136,11 +136,15 @@ test: check-go ## everything CI runs, scheduled for 2 cores (hack/test.sh: which
 # Knobs (test/bench/*_test.go): KOLLECT_BENCH_SIZES and KOLLECT_BENCH_EXPORT_SIZES (item counts,
 # comma-separated; default 10000,100000), KOLLECT_BENCH_IDLE_INVENTORIES (default 1000; 0: none),
 # KOLLECT_BENCH_IDLE_SETTLE (1m), KOLLECT_BENCH_IDLE_WINDOW (2m), KOLLECT_BENCH_IDLE_ONLY=1 (no API
-# comparison), KOLLECT_BENCH_API_PASSES (3: API comparisons pooled), KOLLECT_BENCH_PPROF=dir (profiles). BenchmarkExport needs PostgreSQL and NATS (make services).
+# comparison), KOLLECT_BENCH_API_PASSES (3: API comparisons pooled), KOLLECT_BENCH_PPROF=dir (profiles),
+# KOLLECT_BENCH_FLEET_OBJECTS (20000 ConfigMaps in each of 3 members), KOLLECT_BENCH_FLEET_LISTS (20
+# timed lists of each kind), BENCH (a -bench regexp, default .: BENCH=Fleet runs BenchmarkFleet
+# alone). BenchmarkExport needs PostgreSQL and NATS (make services).
+BENCH ?= .
 .PHONY: bench
 bench: build ## benchmarks; prints tables with figures and conditions
 	@hack/build-tools.sh kube
-	@$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 90m ./test/bench/...
+	@$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -timeout 120m ./test/bench/...
 
 .PHONY: clean
 clean: ## remove the local cluster's data and built binaries (keeps the pinned tools)

@@ -47,7 +47,7 @@ Creates a least-privilege ServiceAccount in the member, stores a kubeconfig for
 it in a Secret on the hub, and prints the MemberCluster that refers to it.
 
 Required:
-  --name NAME                the MemberCluster's name (a DNS subdomain)
+  --name NAME                the MemberCluster's name (a DNS label: it becomes the items' source.cluster)
   --member-kubeconfig FILE   a kubeconfig with admin rights on the member
   --hub-kubeconfig FILE      a kubeconfig that may write Secrets on the hub
 
@@ -102,9 +102,10 @@ done
 [[ -r "${member_kubeconfig}" ]] || die "--member-kubeconfig ${member_kubeconfig}: no such readable file"
 [[ -r "${hub_kubeconfig}" ]] || die "--hub-kubeconfig ${hub_kubeconfig}: no such readable file"
 command -v "${KUBECTL}" >/dev/null 2>&1 || die "kubectl not found (${KUBECTL}); install it or set KUBECTL"
-# A DNS subdomain, whose Secret name <name>-kubeconfig stays one too.
-[[ "${name}" =~ ^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$ && ${#name} -le 242 ]] ||
-	die "--name '${name}' is not a DNS subdomain of at most 242 characters (lower-case letters, digits, '-', '.')"
+# A DNS label, as the hub requires of a MemberCluster's name: checked before
+# anything is written, so that no Secret is left for a MemberCluster refused.
+[[ "${name}" =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ && ${#name} -le 63 ]] ||
+	die "--name '${name}' is not a DNS label of at most 63 characters (lower-case letters, digits, '-'), as a MemberCluster's name must be"
 [[ "${secret_namespace}" =~ ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$ ]] || die "--secret-namespace '${secret_namespace}' is not a namespace name"
 [[ "${timeout}" =~ ^[1-9][0-9]*$ ]] || die "--timeout '${timeout}' is not a number of seconds"
 

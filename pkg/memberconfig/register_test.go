@@ -68,7 +68,8 @@ func TestRegisterMember(t *testing.T) {
 	}{
 		{clusters, "--name is required"},
 		{[]string{"--name", "east", "--hub-kubeconfig", hub.AdminKubeconfig()}, "--member-kubeconfig is required"},
-		{append([]string{"--name", "East"}, clusters...), "is not a DNS subdomain"},
+		{append([]string{"--name", "East"}, clusters...), "is not a DNS label"},
+		{append([]string{"--name", "east.prod"}, clusters...), "is not a DNS label"},
 		{append([]string{"--name", "east", "--resource", "*"}, clusters...), "no wildcards"},
 		{append([]string{"--name", "east", "--resource", "apps/*"}, clusters...), "no wildcards"},
 		{append([]string{"--name", "east", "--resource", "*/deployments"}, clusters...), "no wildcards"},

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/watch"
@@ -347,9 +347,42 @@ func changeLatency(ctx context.Context, env *collectenv.Env, ns string, n int) (
 		return load.Result{}, err
 	}
 	defer w.Stop()
+	update := func(ctx context.Context, token string) error {
+		return patchValue(ctx, env.Kube, ns, fmt.Sprintf("cm-%06d", rand.IntN(n)), token)
+	}
+	return churn(ctx, "change to item at 50 updates/s", w, 50, 20*time.Second, update), nil
+}
 
-	const rate, duration = 50, 20 * time.Second
-	updates := int(rate * duration / time.Second)
+// patchValue writes token into a ConfigMap's data key "value", which the
+// benchmarks' Profiles extract as the attribute "value".
+func patchValue(ctx context.Context, kube kubernetes.Interface, ns, name, token string) error {
+	patch := fmt.Sprintf(`{"data":{"value":%q}}`, token)
+	_, err := kube.CoreV1().ConfigMaps(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
+
+// itemToken is the attribute "value" of an InventoryItem or
+// ClusterInventoryItem: the token a change wrote.
+func itemToken(obj runtime.Object) string {
+	var attrs map[string]v1alpha1.Value
+	switch it := obj.(type) {
+	case *v1alpha1.InventoryItem:
+		attrs = it.Attributes
+	case *v1alpha1.ClusterInventoryItem:
+		attrs = it.Attributes
+	}
+	var token string
+	_ = json.Unmarshal(attrs["value"].Raw, &token)
+	return token
+}
+
+// churn makes rate updates a second for duration, each writing a new token
+// (update), and measures, for each, the time from its request to the first
+// MODIFIED event on w of an item that carries the token (itemToken). It
+// waits at most 30 s for the last events; the watch is stopped when it
+// returns.
+func churn(ctx context.Context, name string, w watch.Interface, rate int, duration time.Duration, update func(ctx context.Context, token string) error) load.Result {
+	updates := int(time.Duration(rate) * duration / time.Second)
 	var mu sync.Mutex
 	sent := map[string]time.Time{}
 	var latencies []time.Duration
@@ -357,12 +390,10 @@ func changeLatency(ctx context.Context, env *collectenv.Env, ns string, n int) (
 	go func() {
 		defer close(done)
 		for ev := range w.ResultChan() {
-			it, ok := ev.Object.(*v1alpha1.InventoryItem)
-			if !ok || ev.Type != watch.Modified {
+			if ev.Type != watch.Modified {
 				continue
 			}
-			var token string
-			_ = json.Unmarshal(it.Attributes["value"].Raw, &token)
+			token := itemToken(ev.Object)
 			mu.Lock()
 			if t, ok := sent[token]; ok {
 				latencies = append(latencies, time.Since(t))
@@ -378,20 +409,18 @@ func changeLatency(ctx context.Context, env *collectenv.Env, ns string, n int) (
 
 	start := time.Now()
 	var wg sync.WaitGroup
-	tick := time.NewTicker(time.Second / rate)
+	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
 	for i := range updates {
 		<-tick.C
 		token := fmt.Sprintf("t%d", i)
-		name := fmt.Sprintf("cm-%06d", rand.IntN(n))
 		mu.Lock()
 		sent[token] = time.Now()
 		mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			patch := fmt.Sprintf(`{"data":{"value":%q}}`, token)
-			if _, err := env.Kube.CoreV1().ConfigMaps(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			if err := update(ctx, token); err != nil {
 				mu.Lock()
 				delete(sent, token) // counted as an error below
 				mu.Unlock()
@@ -407,16 +436,11 @@ func changeLatency(ctx context.Context, env *collectenv.Env, ns string, n int) (
 	<-done
 	mu.Lock()
 	defer mu.Unlock()
-	r := load.Result{Name: fmt.Sprintf("change to item at %d updates/s", rate), Concurrency: 1, Ops: updates, Elapsed: time.Since(start)}
 	// Updates whose event never came (or the same object updated again before
 	// its event: a later token wins) count as errors.
-	r.Errors = int64(updates - len(latencies))
-	sort.Slice(latencies, func(a, b int) bool { return latencies[a] < latencies[b] })
-	if len(latencies) > 0 {
-		r.P50 = latencies[int(float64(len(latencies))*0.50+0.5)-1]
-		r.P99 = latencies[max(int(float64(len(latencies))*0.99+0.5)-1, 0)]
-	}
-	return r, nil
+	r := load.FromLatencies(name, 1, latencies, time.Since(start))
+	r.Ops, r.Errors = updates, int64(updates-len(latencies))
+	return r
 }
 
 func etcdMetrics(ctx context.Context, url string) (string, error) {
