@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -70,8 +71,25 @@ func (l *Lock) Create(ctx context.Context, ler resourcelock.LeaderElectionRecord
 }
 
 func (l *Lock) Update(ctx context.Context, ler resourcelock.LeaderElectionRecord) error {
+	if ler.HolderIdentity != l.Identity() {
+		// A release. client-go's elector releases on what it observed
+		// before (IsLeader), though the read it makes first may show the
+		// Lease held by another replica since (a renewal that hung past
+		// the renew deadline, a pause): that read ended this hold, and
+		// clearing the other's hold would let a third take the Lease at
+		// once while the other's fence still vouches for its writes.
+		l.mu.Lock()
+		ended := l.last.IsZero()
+		l.mu.Unlock()
+		if ended {
+			return errNotHolder
+		}
+	}
 	return l.write(ler, func() error { return l.Interface.Update(ctx, ler) })
 }
+
+// errNotHolder refuses to release a Lease this replica no longer holds.
+var errNotHolder = errors.New("not releasing the Lease: another replica holds it")
 
 func (l *Lock) write(ler resourcelock.LeaderElectionRecord, write func() error) error {
 	sent := time.Now()
