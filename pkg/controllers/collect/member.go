@@ -270,3 +270,25 @@ func (c *Collector) ItemCount() int64 {
 	}
 	return n
 }
+
+// fencedItems refuses item writes while this replica's Lease is not
+// confirmed (Config.Holding), checked at the write itself: the check at
+// the start of a sync does not cover a replica paused in the middle of one.
+type fencedItems struct {
+	itemStore
+	holding func() bool
+}
+
+func (s fencedItems) put(ctx context.Context, item *desiredItem, exists bool) (bool, uint64, error) {
+	if s.holding != nil && !s.holding() {
+		return false, 0, errLeaseUnconfirmed
+	}
+	return s.itemStore.put(ctx, item, exists)
+}
+
+func (s fencedItems) delete(ctx context.Context, namespace, name string) error {
+	if s.holding != nil && !s.holding() {
+		return errLeaseUnconfirmed
+	}
+	return s.itemStore.delete(ctx, namespace, name)
+}

@@ -249,7 +249,12 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 	m := c.own(ctx, name)
 	if !m.holding() {
-		return nil // the campaign queues the member once it holds the Lease
+		if m.inTerm() {
+			// Held, its renewal not confirmed just now: try again soon
+			// rather than drop what this sync was for.
+			c.queue.AddAfter(name, c.cfg.Leases.RetryPeriod)
+		}
+		return nil // else the campaign queues the member once it holds the Lease
 	}
 	if mc.DeletionTimestamp != nil {
 		m.stopCollection()
@@ -259,7 +264,18 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		if err := c.reportToTargets(ctx, m, name, nil); err != nil {
 			return err
 		}
-		return finalizers.Set[*v1alpha1.MemberCluster](ctx, c.kollect.KollectV1alpha1().MemberClusters(), name, v1alpha1.ItemsFinalizer, fieldManager, false)
+		if err := finalizers.Set[*v1alpha1.MemberCluster](ctx, c.kollect.KollectV1alpha1().MemberClusters(), name, v1alpha1.ItemsFinalizer, fieldManager, false); err != nil {
+			return err
+		}
+		// The member is gone: so is its Lease, once released.
+		c.release(name)
+		if c.cfg.Ring != nil {
+			err := c.kube.CoordinationV1().Leases(c.cfg.LeaseNamespace).Delete(ctx, MemberLeasePrefix+name, metav1.DeleteOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				klog.FromContext(ctx).Info("Cannot delete a deleted member's Lease", "member", name, "err", err)
+			}
+		}
+		return nil
 	}
 	if !hasFinalizer(mc) {
 		if err := finalizers.Set[*v1alpha1.MemberCluster](ctx, c.kollect.KollectV1alpha1().MemberClusters(), name, v1alpha1.ItemsFinalizer, fieldManager, true); err != nil {
@@ -315,6 +331,7 @@ func (c *Controller) own(ctx context.Context, name string) *member {
 		m.term = nil
 		m.mu.Unlock()
 		m.stopCollection()
+		forget(name) // the next holder reports it
 	}
 	go func() {
 		defer close(m.done)
@@ -357,6 +374,13 @@ func (c *Controller) release(name string) {
 func forget(name string) {
 	metrics.FleetMemberReachable.DeleteLabelValues(name)
 	metrics.FleetMemberLastSync.DeleteLabelValues(name)
+}
+
+// inTerm tells whether a hold of the member's Lease is running.
+func (m *member) inTerm() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.term != nil && m.term.Err() == nil
 }
 
 // holding tells whether this replica may write for the member now: it

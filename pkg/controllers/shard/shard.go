@@ -95,11 +95,18 @@ func (r *Ring) Run(ctx context.Context) {
 	logger := klog.FromContext(ctx).WithValues("lease", r.name, "identity", r.identity)
 	ticker := time.NewTicker(r.timings.RetryPeriod)
 	defer ticker.Stop()
+	// A call that hangs must not freeze the live set: each is bounded by
+	// the renew deadline.
+	bounded := func(f func(context.Context) error) error {
+		cctx, cancel := context.WithTimeout(ctx, r.timings.RenewDeadline)
+		defer cancel()
+		return f(cctx)
+	}
 	for {
-		if err := r.renew(ctx); err != nil && ctx.Err() == nil {
+		if err := bounded(r.renew); err != nil && ctx.Err() == nil {
 			logger.Info("Cannot renew this replica's Lease", "err", err)
 		}
-		if err := r.refresh(ctx); err != nil && ctx.Err() == nil {
+		if err := bounded(r.refresh); err != nil && ctx.Err() == nil {
 			logger.Info("Cannot list the replicas' Leases", "err", err)
 		}
 		select {

@@ -46,6 +46,11 @@ func TestShardedReplicas(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	log := os.Stderr
+	// Known identities (a replica reads $POD_NAME at its start, as in a
+	// StatefulSet, and keeps it across restarts), so that the members can
+	// be named to split evenly.
+	const idA, idB = "hub-a", "hub-b"
+	t.Setenv("POD_NAME", idA)
 	hub, err := collectenv.Start(ctx, collectenv.Options{FastEtcd: true, Log: log,
 		KollectArgs: append([]string{"--allow-private-sink-endpoints", "--cluster-name=hub", "-v=2"}, leaseTimings...)})
 	if err != nil {
@@ -58,14 +63,17 @@ func TestShardedReplicas(t *testing.T) {
 		_ = hub.Stop(t.Failed())
 	}()
 	replicaA := hub.Kollect
-	idA := waitReplicas(ctx, t, hub, nil)[0]
+	waitReplicas(ctx, t, hub, nil)
 	optsB := hub.Replica
 	optsB.Name = "kollect-apiserver-b"
+	t.Setenv("POD_NAME", idB)
 	replicaB, err := hub.Cluster.StartKollect(ctx, optsB)
 	if err != nil {
 		t.Fatal(err)
 	}
-	idB := newReplica(ctx, t, hub, []string{idA})
+	if id := newReplica(ctx, t, hub, []string{idA}); id != idB {
+		t.Fatalf("the second replica is %q, want %q", id, idB)
+	}
 
 	member, err := localcluster.Start(ctx, localcluster.Options{Dir: filepath.Join(hub.Dir, "member"), NoControllerManager: true, FastEtcd: true, Log: log})
 	if err != nil {
@@ -123,19 +131,20 @@ func TestShardedReplicas(t *testing.T) {
 	s.change(ctx, t, "after-kill")
 	s.waitExact(ctx, t, "after kill -9 of B")
 
-	// B joins again (a new identity): it takes its share, the members
-	// that stay with A keep their Lease term, so they are not collected
-	// again.
+	// B joins again: it takes its share back, the members that stay with
+	// A keep their Lease term, so they are not collected again.
 	before := s.memberLeases(ctx, t)
 	if err := replicaB.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	idB2 := newReplica(ctx, t, hub, []string{idA})
-	s.waitOwners(ctx, t, "B took its share again", []string{idA, idB2})
+	if id := newReplica(ctx, t, hub, []string{idA}); id != idB {
+		t.Fatalf("the returning replica is %q, want %q", id, idB)
+	}
+	s.waitOwners(ctx, t, "B took its share again", []string{idA, idB})
 	after := s.memberLeases(ctx, t)
 	stayed := 0
 	for _, m := range members {
-		if shard.Owner([]string{idA, idB2}, m) != idA {
+		if shard.Owner([]string{idA, idB}, m) != idA {
 			continue
 		}
 		stayed++
@@ -143,12 +152,21 @@ func TestShardedReplicas(t *testing.T) {
 			t.Errorf("member %s stayed with A but its Lease changed hands: %v then %v", m, before[m].Spec, after[m].Spec)
 		}
 	}
+	if stayed == 0 {
+		t.Fatal("no member stayed with A: the members were not named as meant")
+	}
 	t.Logf("%d of %d members stayed with A through B's return, their Leases untouched", stayed, len(members))
 	s.waitExact(ctx, t, "after B's return")
+	// Changes B collects for its members: B is a writer before its pause.
+	s.change(ctx, t, "after-return")
+	s.waitExact(ctx, t, "after the changes B collects")
 
 	// SIGSTOP B: A takes its members and the changes made meanwhile; B,
 	// resumed, writes no item (the fence), whatever its informers deliver.
 	writesBefore := itemWrites(scrape(ctx, t, hub, replicaB))
+	if writesBefore == 0 {
+		t.Fatal("B wrote no item before its pause: the pause would show nothing")
+	}
 	if err := syscall.Kill(replicaB.Pid(), syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +187,7 @@ func TestShardedReplicas(t *testing.T) {
 	resumed = true
 	// Resumed, B is live again and takes its share back, from items A
 	// made exact: there is nothing for it to write.
-	s.waitOwners(ctx, t, "the resumed B took its share back", []string{idA, idB2})
+	s.waitOwners(ctx, t, "the resumed B took its share back", []string{idA, idB})
 	s.waitExact(ctx, t, "after B resumed")
 	metricsB := scrape(ctx, t, hub, replicaB)
 	if got := itemWrites(metricsB); got != writesBefore {
