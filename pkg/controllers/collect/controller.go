@@ -278,8 +278,8 @@ func New(cfg Config) (*Collector, error) {
 		objectQueue:      plumbing.NewQueue[queuedObject]("kollect_collect_objects"),
 		statusQueue:      plumbing.NewQueue[targetKey]("kollect_collect_status"),
 		targets:          newTargetSet(),
-		itemStore:        fencedItems{scopedItems{etcdItems{cfg.Items}, cfg.Cluster, cfg.Member == nil}, cfg.Holding},
-		clusterItemStore: fencedItems{scopedItems{etcdItems{cfg.ClusterItems}, cfg.Cluster, cfg.Member == nil}, cfg.Holding},
+		itemStore:        collectorStore(cfg.Items, cfg),
+		clusterItemStore: collectorStore(cfg.ClusterItems, cfg),
 		walkRequests:     make(chan struct{}, 1),
 	}
 	c.index = newItemIndex(c.queueObject, c.queueStatus)

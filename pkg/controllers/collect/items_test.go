@@ -1,6 +1,7 @@
 package collect
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"strings"
@@ -95,5 +96,25 @@ func TestLastErrorShortened(t *testing.T) {
 	c.setFailure(indexed, "ns/cm", errors.New(strings.Repeat("x", 100_000)))
 	if n := len(indexed.failed["ns/cm"]); n != maxLastError {
 		t.Errorf("a failure is kept with %d bytes of message", n)
+	}
+}
+
+// TestEveryCluster: the host collector deletes a deleted target's items
+// of every cluster through its own store without the cluster scope, and
+// still fenced (an unscoped store that lost the fence, or a type switch
+// that missed a wrapper, once crashed the server on a ClusterTarget's
+// deletion).
+func TestEveryCluster(t *testing.T) {
+	holding := func() bool { return false }
+	got := everyCluster(collectorStore(nil, Config{Cluster: "hub", Holding: holding}))
+	f, ok := got.(fencedItems)
+	if !ok || f.holding == nil {
+		t.Fatalf("everyCluster gave %T, want the fenced store", got)
+	}
+	if _, ok := f.itemStore.(etcdItems); !ok {
+		t.Fatalf("everyCluster's store is %T, want the unscoped etcd store", f.itemStore)
+	}
+	if err := got.delete(context.Background(), "ns", "item"); !errors.Is(err, errLeaseUnconfirmed) {
+		t.Errorf("a delete while not holding: %v, want %v", err, errLeaseUnconfirmed)
 	}
 }

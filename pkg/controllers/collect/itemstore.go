@@ -221,7 +221,24 @@ func (c *Collector) deleteAllItems(ctx context.Context, key targetKey) error {
 // deleteEveryClustersItems deletes the items of a target from every
 // cluster: the host's collector holds the items finalizer for all.
 func (c *Collector) deleteEveryClustersItems(ctx context.Context, key targetKey) error {
-	return c.deleteItemsOf(ctx, key, c.storeFor(key).(scopedItems).itemStore)
+	return c.deleteItemsOf(ctx, key, everyCluster(c.storeFor(key)))
+}
+
+// collectorStore is a collector's view of store: its own cluster's items,
+// written only while it holds its Lease.
+func collectorStore(store *itemstore.Store, cfg Config) itemStore {
+	return fencedItems{scopedItems{etcdItems{store}, cfg.Cluster, cfg.Member == nil}, cfg.Holding}
+}
+
+// everyCluster is store without its cluster scope, still fenced.
+func everyCluster(store itemStore) itemStore {
+	switch s := store.(type) {
+	case fencedItems:
+		return fencedItems{everyCluster(s.itemStore), s.holding}
+	case scopedItems:
+		return s.itemStore
+	}
+	return store
 }
 
 func (c *Collector) deleteItemsOf(ctx context.Context, key targetKey, store itemStore) error {
