@@ -29,6 +29,7 @@ import (
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	"kollect.dev/kollect/pkg/cmd/server"
+	"kollect.dev/kollect/pkg/controllers/shard"
 	"kollect.dev/kollect/pkg/localcluster"
 	"kollect.dev/kollect/test/bench/load"
 	"kollect.dev/kollect/test/collectenv"
@@ -66,7 +67,7 @@ const (
 //     attributes.slot (3·N/1000).
 //
 // The hubs run the same flags on a fresh etcd each; replicas are named by
-// POD_NAME (hub-1, hub-2), so owners read as the replica. With a single
+// POD_NAME (hub-1, hub-2-1: see replicaIDs), so owners read as the replica. With a single
 // leader collecting every member the two-replica figures differ from the
 // one-replica ones only by the idle follower; once members are sharded
 // across replicas they show the split. Nothing is asserted.
@@ -317,8 +318,9 @@ func measureHub(ctx context.Context, members []*fleetMember, replicas, n, lists 
 	}()
 	h := &hubFigures{replicas: []string{"hub-1"}, memberSync: map[string]time.Duration{}}
 	procs := []*localcluster.Process{env.Kollect}
+	ids := replicaIDs(replicas)
 	for i := 2; i <= replicas; i++ {
-		id := fmt.Sprintf("hub-%d", i)
+		id := ids[i-1]
 		o := env.Replica
 		o.Name = fmt.Sprintf("kollect-apiserver-%d", i)
 		var p *localcluster.Process
@@ -708,4 +710,33 @@ func sum(vs []float64) float64 {
 		s += v
 	}
 	return s
+}
+
+// replicaIDs names n replicas hub-1, hub-2, ..., except that a name the
+// members would all avoid gets a suffix (hub-2-1, ...): rendezvous hashing
+// gave every one of member-1..3 to hub-1 among hub-1 and hub-2, and a
+// two-replica hub with one replica idle measures nothing of the split.
+func replicaIDs(n int) []string {
+	members := make([]string, fleetMembers)
+	for i := range members {
+		members[i] = fmt.Sprintf("member-%d", i+1)
+	}
+	ids := []string{"hub-1"}
+	for i := 2; i <= n; i++ {
+		id := fmt.Sprintf("hub-%d", i)
+		for k := 1; k < 100 && !everyOwns(append(slices.Clone(ids), id), members); k++ {
+			id = fmt.Sprintf("hub-%d-%d", i, k)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// everyOwns tells whether each replica owns at least one member.
+func everyOwns(replicas, members []string) bool {
+	owned := map[string]bool{}
+	for _, m := range members {
+		owned[shard.Owner(replicas, m)] = true
+	}
+	return len(owned) == min(len(replicas), len(members))
 }
