@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
@@ -606,28 +607,11 @@ func (c *Controller) report(ctx context.Context, mc *v1alpha1.MemberCluster, own
 // last sync time aside: it changes with every probe and is written only
 // with something else, or every minute.
 func sameReport(prev *v1alpha1.MemberObservation, obs *applyv1alpha1.MemberObservationApplyConfiguration) bool {
-	str := func(p *string) string {
-		if p == nil {
-			return ""
-		}
-		return *p
-	}
-	num := func(p *int64) int64 {
-		if p == nil {
-			return 0
-		}
-		return *p
-	}
-	t := func(p *metav1.Time) time.Time {
-		if p == nil {
-			return time.Time{}
-		}
-		return p.Time
-	}
-	reachable := obs.Reachable != nil && *obs.Reachable
-	if prev.Owner != str(obs.Owner) || prev.Reachable != reachable || prev.ServerVersion != str(obs.ServerVersion) ||
-		prev.ItemCount != num(obs.ItemCount) || prev.ErrorClass != str(obs.ErrorClass) || prev.LastError != str(obs.LastError) ||
-		prev.ObservedGeneration != num(obs.ObservedGeneration) || !t(prev.UnreachableSince).Equal(t(obs.UnreachableSince)) {
+	t := func(p *metav1.Time) time.Time { return ptr.Deref(p, metav1.Time{}).Time }
+	if prev.Owner != ptr.Deref(obs.Owner, "") || prev.Reachable != ptr.Deref(obs.Reachable, false) ||
+		prev.ServerVersion != ptr.Deref(obs.ServerVersion, "") || prev.ItemCount != ptr.Deref(obs.ItemCount, 0) ||
+		prev.ErrorClass != ptr.Deref(obs.ErrorClass, "") || prev.LastError != ptr.Deref(obs.LastError, "") ||
+		prev.ObservedGeneration != ptr.Deref(obs.ObservedGeneration, 0) || !t(prev.UnreachableSince).Equal(t(obs.UnreachableSince)) {
 		return false
 	}
 	return time.Since(t(prev.LastSyncTime)) < time.Minute
