@@ -210,7 +210,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}()
 	if c.cfg.Ring != nil {
 		// A change of the live replicas may move any member.
-		c.cfg.Ring.OnChange(c.enqueueAll)
+		defer c.cfg.Ring.OnChange(c.enqueueAll)()
 	}
 	c.factory.Start(ctx.Done())
 	for typ, ok := range c.factory.WaitForCacheSync(ctx.Done()) {

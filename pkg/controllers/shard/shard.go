@@ -17,6 +17,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -55,7 +56,8 @@ type Ring struct {
 	seen     map[string]observed // by Lease name
 	renewed  time.Time           // this replica's last successful renewal
 	live     []string            // identities, sorted
-	onChange []func()
+	onChange map[int]func()      // by registration
+	nextID   int
 }
 
 // observed is what this replica last saw of another's Lease, and when it
@@ -70,7 +72,7 @@ type observed struct {
 // New is the ring of the replicas whose Leases are in leases; this one is
 // identity.
 func New(leases coordinationv1client.LeaseInterface, identity string, t lease.Timings) *Ring {
-	return &Ring{leases: leases, identity: identity, name: LeaseName(identity), timings: t, seen: map[string]observed{}}
+	return &Ring{leases: leases, identity: identity, name: LeaseName(identity), timings: t, seen: map[string]observed{}, onChange: map[int]func(){}}
 }
 
 // LeaseName is the name of the Lease of the replica identity: identities
@@ -81,11 +83,19 @@ func LeaseName(identity string) string {
 }
 
 // OnChange registers f, called (from Run's goroutine) whenever the live
-// set changes.
-func (r *Ring) OnChange(f func()) {
+// set changes, until remove is called: a controller that restarts
+// registers anew and must not leave its old self behind.
+func (r *Ring) OnChange(f func()) (remove func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.onChange = append(r.onChange, f)
+	id := r.nextID
+	r.nextID++
+	r.onChange[id] = f
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.onChange, id)
+	}
 }
 
 // Run renews this replica's Lease and refreshes the live set every retry
@@ -188,7 +198,7 @@ func (r *Ring) refresh(ctx context.Context) error {
 	live := r.liveLocked(now)
 	changed := !slices.Equal(live, r.live)
 	r.live = live
-	callbacks := slices.Clone(r.onChange)
+	callbacks := slices.Collect(maps.Values(r.onChange))
 	r.mu.Unlock()
 	// A replica that died leaves its Lease behind: once it is long dead,
 	// whoever sees it first deletes it (unless it was renewed meanwhile).
