@@ -58,6 +58,9 @@ const (
 	probeTimeout         = 5 * time.Second
 	// classSecretForbidden: the member's requester may not get the Secret.
 	classSecretForbidden = "SecretForbidden"
+	// classNameTaken: the member is named like the host cluster
+	// (--cluster-name), whose items carry that name already.
+	classNameTaken = "NameTaken"
 )
 
 // Config is what the fleet controller needs from the server.
@@ -257,10 +260,15 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		}
 		return nil // else the campaign queues the member once it holds the Lease
 	}
+	// The host's items name the host's cluster: a member of that name
+	// would take them for its own (and delete them with it).
+	hostName := name == c.cfg.Collect.Cluster
 	if mc.DeletionTimestamp != nil {
 		m.stopCollection()
-		if err := c.deleteItems(ctx, m, name); err != nil {
-			return err
+		if !hostName {
+			if err := c.deleteItems(ctx, m, name); err != nil {
+				return err
+			}
 		}
 		if err := c.reportToTargets(ctx, m, name, nil); err != nil {
 			return err
@@ -284,8 +292,14 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		}
 	}
 
+	if hostName {
+		m.stopCollection()
+		return c.report(ctx, mc, m, nil, classNameTaken, fmt.Sprintf(
+			"the host cluster is named %q (--cluster-name): its items carry that name, so a member cannot; register it under another name", name))
+	}
+
 	// The kubeconfig, read on the authority of the member's requester.
-	cfg, fingerprint, class, err := c.memberConfig(ctx, mc)
+	cfg, fingerprint, class, err := c.memberConfig(ctx, mc, m.fingerprint())
 	if err != nil {
 		if class == "" {
 			return err // transient: retried
@@ -303,7 +317,23 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return c.report(ctx, mc, m, nil, class, err.Error())
 	}
 	run := c.start(mc, m, cfg, fingerprint)
+	if run == nil && cfg == nil {
+		// The collector it was to keep stopped meanwhile: build it anew.
+		c.queue.Add(name)
+		return nil
+	}
 	return c.report(ctx, mc, m, run, "", "")
+}
+
+// fingerprint is what the member's running collector was built from; ""
+// when none runs.
+func (m *member) fingerprint() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.run == nil {
+		return ""
+	}
+	return m.run.fingerprint
 }
 
 // own returns the member, starting the campaign for its Lease when this
@@ -393,8 +423,13 @@ func (m *member) holding() bool {
 }
 
 // memberConfig reads and checks a member's kubeconfig. A class says why
-// it cannot be used; an error without one is transient.
-func (c *Controller) memberConfig(ctx context.Context, mc *v1alpha1.MemberCluster) (*rest.Config, string, string, error) {
+// it cannot be used; an error without one is transient. When the Secret
+// and the MemberCluster are what the running collector was built from
+// (running, its fingerprint), the configuration is not built again and is
+// nil: building it resolves the server's name, which may take up to the
+// resolver's timeout, and a sync runs after every probe (the dialer checks
+// the endpoint policy on every connection anyway).
+func (c *Controller) memberConfig(ctx context.Context, mc *v1alpha1.MemberCluster, running string) (*rest.Config, string, string, error) {
 	ref := mc.Spec.KubeconfigSecretRef
 	key := ref.Key
 	if key == "" {
@@ -420,11 +455,15 @@ func (c *Controller) memberConfig(ctx context.Context, mc *v1alpha1.MemberCluste
 	if !ok {
 		return nil, "", memberconfig.SecretNotFound, fmt.Errorf("Secret %s/%s has no key %q", ref.Namespace, ref.Name, key)
 	}
+	fingerprint := fmt.Sprintf("%s/%s/%d", secret.UID, secret.ResourceVersion, mc.Generation)
+	if running != "" && running == fingerprint {
+		return nil, fingerprint, "", nil
+	}
 	cfg, err := memberconfig.RESTConfig(data, memberconfig.Options{Dialer: c.cfg.Dialer, AllowExec: c.cfg.AllowExec, UserAgent: "kollect-collector/" + mc.Name})
 	if err != nil {
 		return nil, "", memberconfig.ClassOf(err), err
 	}
-	return cfg, fmt.Sprintf("%s/%s/%d", secret.UID, secret.ResourceVersion, mc.Generation), "", nil
+	return cfg, fingerprint, "", nil
 }
 
 // start runs a member's collector while the Lease is held, unless one
@@ -441,7 +480,7 @@ func (c *Controller) start(mc *v1alpha1.MemberCluster, m *member, cfg *rest.Conf
 	if old != nil {
 		old.stop()
 	}
-	if term == nil {
+	if term == nil || cfg == nil {
 		return nil
 	}
 
