@@ -199,3 +199,79 @@ func TestSlowDNSMembersDelayNoOther(t *testing.T) {
 		t.Errorf("a reachable member took %.1fs to be reported Reachable behind four members whose names do not resolve (fleet workers blocked on DNS)", took.Seconds())
 	}
 }
+
+// TestUnusableMemberLabelledOut (review): docs/fleet.md — labelling a
+// member out of a ClusterTarget's selector deletes that member's items of
+// the target. A member whose kubeconfig Secret is gone keeps its items
+// (SecretNotFound) while it is selected; labelled out, they must go all
+// the same (and its status.clusters entry with them), not stay until the
+// Secret is fixed.
+func TestUnusableMemberLabelledOut(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	hub, err := collectenv.Start(ctx, collectenv.Options{FastEtcd: true, Log: os.Stderr,
+		KollectArgs: []string{"--allowed-sink-cidrs=127.0.0.0/8", "--cluster-name=hub", "-v=2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hub.Stop(t.Failed()) }()
+	for _, ns := range []string{"fleet", "shop"} {
+		if _, err := hub.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"collect": ns}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		if _, err := hub.Kube.CoreV1().ConfigMaps("shop").Create(ctx, configMap(fmt.Sprintf("cm-%d", i), "v1"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	api := hub.Client.KollectV1alpha1()
+	if _, err := hub.Kube.CoreV1().Secrets("fleet").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "self-kubeconfig"},
+		Data: map[string][]byte{"kubeconfig": inlineKubeconfig(t, hub.Cluster.RESTConfig())}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.MemberClusters().Create(ctx, &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: "self", Labels: map[string]string{"env": "prod"}},
+		Spec: v1alpha1.MemberClusterSpec{KubeconfigSecretRef: v1alpha1.SecretKeyReference{Namespace: "fleet", Name: "self-kubeconfig"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.Profiles("fleet").Create(ctx, &v1alpha1.Profile{ObjectMeta: metav1.ObjectMeta{Name: "configmaps"},
+		Spec: v1alpha1.ProfileSpec{TargetGVK: v1alpha1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.ClusterTargets().Create(ctx, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "prod-cms"},
+		Spec: v1alpha1.ClusterTargetSpec{ProfileRef: v1alpha1.NamespacedObjectReference{Namespace: "fleet", Name: "configmaps"},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"collect": "shop"}},
+			ClusterSelector:   &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitTargetItems(ctx, t, hub, "prod-cms", 4) // shop's three and kube-root-ca.crt
+
+	// The Secret goes: the member is unusable, its items stay.
+	if err := hub.Kube.CoreV1().Secrets("fleet").Delete(ctx, "self-kubeconfig", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitMemberStatus(ctx, t, hub, "self", "SecretNotFound", func(m *v1alpha1.MemberCluster) bool {
+		return m.Status.Collection != nil && m.Status.Collection.ErrorClass == "SecretNotFound"
+	})
+	waitTargetItems(ctx, t, hub, "prod-cms", 4)
+
+	// Labelled out of the selector: its items of the target go.
+	mc, err := api.MemberClusters().Get(ctx, "self", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc.Labels["env"] = "dev"
+	if _, err := api.MemberClusters().Update(ctx, mc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]string
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 45*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err = targetItems(ctx, hub, "prod-cms")
+		return err == nil && len(got) == 0, nil
+	}); err != nil {
+		t.Errorf("45 s after the unusable member was labelled out of the ClusterTarget's selector, its items of the target are still there: %d %v", len(got), got)
+	}
+	waitClusterTarget(ctx, t, hub, "prod-cms", "without the member labelled out in status.clusters", func(ct *v1alpha1.ClusterTarget) bool {
+		return len(ct.Status.Clusters) == 0
+	})
+}
