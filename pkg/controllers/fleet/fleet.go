@@ -270,7 +270,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 				return err
 			}
 		}
-		if err := c.reportToTargets(ctx, m, name, nil); err != nil {
+		if err := c.reportToTargets(ctx, m, mc, nil); err != nil {
 			return err
 		}
 		if err := finalizers.Set[*v1alpha1.MemberCluster](ctx, c.kollect.KollectV1alpha1().MemberClusters(), name, v1alpha1.ItemsFinalizer, fieldManager, false); err != nil {
@@ -307,8 +307,11 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		// Unusable: the collector stops, the items stay, and the
 		// ClusterTargets say since when the member is not collected.
 		m.stopCollection()
+		if err := c.leaveUnselected(ctx, m, mc); err != nil {
+			return err
+		}
 		now := metav1.NewTime(time.Now().Truncate(time.Second))
-		if err := c.reportToTargets(ctx, m, name, &now); err != nil {
+		if err := c.reportToTargets(ctx, m, mc, &now); err != nil {
 			return err
 		}
 		// No probe runs: the Secret is read again after a probe interval,
@@ -661,7 +664,8 @@ func sameReport(prev *v1alpha1.MemberObservation, obs *applyv1alpha1.MemberObser
 // unreachable nil it withdraws the member's entries (the member is gone);
 // else it marks them unreachable since then, keeping what the collector
 // last reported, until a collector runs and reports again.
-func (c *Controller) reportToTargets(ctx context.Context, m *member, name string, unreachable *metav1.Time) error {
+func (c *Controller) reportToTargets(ctx context.Context, m *member, mc *v1alpha1.MemberCluster, unreachable *metav1.Time) error {
+	name := mc.Name
 	targets, err := c.targets.List(labels.Everything())
 	if err != nil {
 		return err
@@ -669,8 +673,8 @@ func (c *Controller) reportToTargets(ctx context.Context, m *member, name string
 	opts := metav1.ApplyOptions{FieldManager: collect.MemberFieldManager(name), Force: true}
 	for _, ct := range targets {
 		i := slices.IndexFunc(ct.Status.Clusters, func(e v1alpha1.ClusterCollection) bool { return e.Name == name })
-		if i < 0 || (unreachable != nil && ct.Status.Clusters[i].UnreachableSince != nil) {
-			continue
+		if i < 0 || (unreachable != nil && (ct.Status.Clusters[i].UnreachableSince != nil || !selects(ct, mc))) {
+			continue // (an entry of a target that no longer selects it is withdrawn: leaveUnselected)
 		}
 		status := applyv1alpha1.ClusterTargetStatus()
 		if unreachable != nil {
@@ -687,6 +691,59 @@ func (c *Controller) reportToTargets(ctx context.Context, m *member, name string
 		}
 	}
 	return nil
+}
+
+// leaveUnselected does for a member whose collector cannot run what the
+// collector would do for the ClusterTargets that no longer select it:
+// deletes the member's items of each and withdraws its entry from their
+// status.clusters. Only targets still holding an entry are looked at, so
+// the items are listed once, not at every sync.
+func (c *Controller) leaveUnselected(ctx context.Context, m *member, mc *v1alpha1.MemberCluster) error {
+	targets, err := c.targets.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	for _, ct := range targets {
+		if ct.DeletionTimestamp != nil || !slices.ContainsFunc(ct.Status.Clusters, func(e v1alpha1.ClusterCollection) bool { return e.Name == mc.Name }) {
+			continue // the host's collector deletes a deleted target's items
+		}
+		if selects(ct, mc) {
+			continue
+		}
+		selector := labels.SelectorFromSet(labels.Set{kollect.LabelTarget: collect.TargetLabelValue(ct.Name), kollect.LabelCluster: mc.Name})
+		var stored []itemstore.Stored
+		if _, err := c.cfg.Collect.ClusterItems.List(ctx, "", selector, func(s itemstore.Stored) { stored = append(stored, s) }); err != nil {
+			return err
+		}
+		for _, s := range stored {
+			if !m.holding() {
+				return errors.New("the member's Lease is no longer confirmed")
+			}
+			if err := c.cfg.Collect.ClusterItems.Delete(ctx, s.Namespace, s.Name); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+		if !m.holding() {
+			return errors.New("the member's Lease is no longer confirmed")
+		}
+		_, err := c.kollect.KollectV1alpha1().ClusterTargets().ApplyStatus(ctx,
+			applyv1alpha1.ClusterTarget(ct.Name).WithStatus(applyv1alpha1.ClusterTargetStatus()),
+			metav1.ApplyOptions{FieldManager: collect.MemberFieldManager(mc.Name), Force: true})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// selects says whether a ClusterTarget collects from a member, as the
+// member's collector decides it.
+func selects(ct *v1alpha1.ClusterTarget, mc *v1alpha1.MemberCluster) bool {
+	if ct.Spec.ClusterSelector == nil || mc.DeletionTimestamp != nil {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(ct.Spec.ClusterSelector)
+	return err == nil && sel.Matches(labels.Set(mc.Labels))
 }
 
 // deleteItems deletes every item collected from a member, of every target,
