@@ -51,7 +51,7 @@ func TestMemberNamedLikeTheHost(t *testing.T) {
 	api := hub.Client.KollectV1alpha1()
 	if _, err := api.Profiles("fleet").Create(ctx, &v1alpha1.Profile{ObjectMeta: metav1.ObjectMeta{Name: "configmaps"},
 		Spec: v1alpha1.ProfileSpec{TargetGVK: v1alpha1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
-			Attributes: []v1alpha1.Attribute{{Name: "v", Path: "{.data.v}"}}}}, metav1.CreateOptions{}); err != nil {
+			Attributes: []v1alpha1.Attribute{{Name: "v", Path: "{.data.v}", Optional: true}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	shop := &metav1.LabelSelector{MatchLabels: map[string]string{"collect": "shop"}}
@@ -127,13 +127,22 @@ func targetItems(ctx context.Context, hub *collectenv.Env, target string) (map[s
 // waitTargetItems waits until a ClusterTarget has n items.
 func waitTargetItems(ctx context.Context, t *testing.T, hub *collectenv.Env, target string, n int) map[string]string {
 	t.Helper()
-	var got map[string]string
+	var (
+		got  map[string]string
+		last error
+	)
 	if err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		var err error
-		got, err = targetItems(ctx, hub, target)
-		return err == nil && len(got) == n, nil
+		g, err := targetItems(ctx, hub, target)
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		got = g
+		return len(got) == n, nil
 	}); err != nil {
-		t.Fatalf("ClusterTarget %s: %d items %v, want %d", target, len(got), got, n)
+		t.Logf("last list error: %v", last)
+		ct, _ := hub.Client.KollectV1alpha1().ClusterTargets().Get(ctx, target, metav1.GetOptions{})
+		t.Fatalf("ClusterTarget %s: %d items %v, want %d; status %+v", target, len(got), got, n, ct.Status)
 	}
 	return got
 }
@@ -235,7 +244,8 @@ func TestUnusableMemberLabelledOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := api.Profiles("fleet").Create(ctx, &v1alpha1.Profile{ObjectMeta: metav1.ObjectMeta{Name: "configmaps"},
-		Spec: v1alpha1.ProfileSpec{TargetGVK: v1alpha1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}}}, metav1.CreateOptions{}); err != nil {
+		Spec: v1alpha1.ProfileSpec{TargetGVK: v1alpha1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
+			Attributes: []v1alpha1.Attribute{{Name: "v", Path: "{.data.v}", Optional: true}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := api.ClusterTargets().Create(ctx, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "prod-cms"},
