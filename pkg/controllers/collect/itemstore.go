@@ -31,6 +31,10 @@ const (
 	listPageSize = 2000
 )
 
+// TargetLabelValue is the value of the label kollect.dev/target on the
+// items of the target named name.
+func TargetLabelValue(name string) string { return labelValue(name) }
+
 // labelValue is s when it is a valid label value, else a deterministic
 // shortening: its first 46 characters (cut back to an alphanumeric end)
 // followed by "-" and 16 hex digits of its SHA-256. Object names may have

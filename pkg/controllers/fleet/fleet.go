@@ -58,6 +58,9 @@ const (
 	probeTimeout         = 5 * time.Second
 	// classSecretForbidden: the member's requester may not get the Secret.
 	classSecretForbidden = "SecretForbidden"
+	// classNameTaken: the member is named like the host cluster
+	// (--cluster-name), whose items carry that name already.
+	classNameTaken = "NameTaken"
 )
 
 // Config is what the fleet controller needs from the server.
@@ -257,12 +260,17 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		}
 		return nil // else the campaign queues the member once it holds the Lease
 	}
+	// The host's items name the host's cluster: a member of that name
+	// would take them for its own (and delete them with it).
+	hostName := name == c.cfg.Collect.Cluster
 	if mc.DeletionTimestamp != nil {
 		m.stopCollection()
-		if err := c.deleteItems(ctx, m, name); err != nil {
-			return err
+		if !hostName {
+			if err := c.deleteItems(ctx, m, name); err != nil {
+				return err
+			}
 		}
-		if err := c.reportToTargets(ctx, m, name, nil); err != nil {
+		if err := c.reportToTargets(ctx, m, mc, nil); err != nil {
 			return err
 		}
 		if err := finalizers.Set[*v1alpha1.MemberCluster](ctx, c.kollect.KollectV1alpha1().MemberClusters(), name, v1alpha1.ItemsFinalizer, fieldManager, false); err != nil {
@@ -284,8 +292,14 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		}
 	}
 
+	if hostName {
+		m.stopCollection()
+		return c.report(ctx, mc, m, nil, classNameTaken, fmt.Sprintf(
+			"the host cluster is named %q (--cluster-name): its items carry that name, so a member cannot; register it under another name", name))
+	}
+
 	// The kubeconfig, read on the authority of the member's requester.
-	cfg, fingerprint, class, err := c.memberConfig(ctx, mc)
+	cfg, fingerprint, class, err := c.memberConfig(ctx, mc, m.fingerprint())
 	if err != nil {
 		if class == "" {
 			return err // transient: retried
@@ -293,8 +307,11 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		// Unusable: the collector stops, the items stay, and the
 		// ClusterTargets say since when the member is not collected.
 		m.stopCollection()
+		if err := c.leaveUnselected(ctx, m, mc); err != nil {
+			return err
+		}
 		now := metav1.NewTime(time.Now().Truncate(time.Second))
-		if err := c.reportToTargets(ctx, m, name, &now); err != nil {
+		if err := c.reportToTargets(ctx, m, mc, &now); err != nil {
 			return err
 		}
 		// No probe runs: the Secret is read again after a probe interval,
@@ -303,7 +320,23 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return c.report(ctx, mc, m, nil, class, err.Error())
 	}
 	run := c.start(mc, m, cfg, fingerprint)
+	if run == nil && cfg == nil {
+		// The collector it was to keep stopped meanwhile: build it anew.
+		c.queue.Add(name)
+		return nil
+	}
 	return c.report(ctx, mc, m, run, "", "")
+}
+
+// fingerprint is what the member's running collector was built from; ""
+// when none runs.
+func (m *member) fingerprint() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.run == nil {
+		return ""
+	}
+	return m.run.fingerprint
 }
 
 // own returns the member, starting the campaign for its Lease when this
@@ -393,8 +426,13 @@ func (m *member) holding() bool {
 }
 
 // memberConfig reads and checks a member's kubeconfig. A class says why
-// it cannot be used; an error without one is transient.
-func (c *Controller) memberConfig(ctx context.Context, mc *v1alpha1.MemberCluster) (*rest.Config, string, string, error) {
+// it cannot be used; an error without one is transient. When the Secret
+// and the MemberCluster are what the running collector was built from
+// (running, its fingerprint), the configuration is not built again and is
+// nil: building it resolves the server's name, which may take up to the
+// resolver's timeout, and a sync runs after every probe (the dialer checks
+// the endpoint policy on every connection anyway).
+func (c *Controller) memberConfig(ctx context.Context, mc *v1alpha1.MemberCluster, running string) (*rest.Config, string, string, error) {
 	ref := mc.Spec.KubeconfigSecretRef
 	key := ref.Key
 	if key == "" {
@@ -420,11 +458,15 @@ func (c *Controller) memberConfig(ctx context.Context, mc *v1alpha1.MemberCluste
 	if !ok {
 		return nil, "", memberconfig.SecretNotFound, fmt.Errorf("Secret %s/%s has no key %q", ref.Namespace, ref.Name, key)
 	}
+	fingerprint := fmt.Sprintf("%s/%s/%d", secret.UID, secret.ResourceVersion, mc.Generation)
+	if running != "" && running == fingerprint {
+		return nil, fingerprint, "", nil
+	}
 	cfg, err := memberconfig.RESTConfig(data, memberconfig.Options{Dialer: c.cfg.Dialer, AllowExec: c.cfg.AllowExec, UserAgent: "kollect-collector/" + mc.Name})
 	if err != nil {
 		return nil, "", memberconfig.ClassOf(err), err
 	}
-	return cfg, fmt.Sprintf("%s/%s/%d", secret.UID, secret.ResourceVersion, mc.Generation), "", nil
+	return cfg, fingerprint, "", nil
 }
 
 // start runs a member's collector while the Lease is held, unless one
@@ -441,7 +483,7 @@ func (c *Controller) start(mc *v1alpha1.MemberCluster, m *member, cfg *rest.Conf
 	if old != nil {
 		old.stop()
 	}
-	if term == nil {
+	if term == nil || cfg == nil {
 		return nil
 	}
 
@@ -622,7 +664,8 @@ func sameReport(prev *v1alpha1.MemberObservation, obs *applyv1alpha1.MemberObser
 // unreachable nil it withdraws the member's entries (the member is gone);
 // else it marks them unreachable since then, keeping what the collector
 // last reported, until a collector runs and reports again.
-func (c *Controller) reportToTargets(ctx context.Context, m *member, name string, unreachable *metav1.Time) error {
+func (c *Controller) reportToTargets(ctx context.Context, m *member, mc *v1alpha1.MemberCluster, unreachable *metav1.Time) error {
+	name := mc.Name
 	targets, err := c.targets.List(labels.Everything())
 	if err != nil {
 		return err
@@ -630,8 +673,8 @@ func (c *Controller) reportToTargets(ctx context.Context, m *member, name string
 	opts := metav1.ApplyOptions{FieldManager: collect.MemberFieldManager(name), Force: true}
 	for _, ct := range targets {
 		i := slices.IndexFunc(ct.Status.Clusters, func(e v1alpha1.ClusterCollection) bool { return e.Name == name })
-		if i < 0 || (unreachable != nil && ct.Status.Clusters[i].UnreachableSince != nil) {
-			continue
+		if i < 0 || (unreachable != nil && (ct.Status.Clusters[i].UnreachableSince != nil || !selects(ct, mc))) {
+			continue // (an entry of a target that no longer selects it is withdrawn: leaveUnselected)
 		}
 		status := applyv1alpha1.ClusterTargetStatus()
 		if unreachable != nil {
@@ -648,6 +691,59 @@ func (c *Controller) reportToTargets(ctx context.Context, m *member, name string
 		}
 	}
 	return nil
+}
+
+// leaveUnselected does for a member whose collector cannot run what the
+// collector would do for the ClusterTargets that no longer select it:
+// deletes the member's items of each and withdraws its entry from their
+// status.clusters. Only targets still holding an entry are looked at, so
+// the items are listed once, not at every sync.
+func (c *Controller) leaveUnselected(ctx context.Context, m *member, mc *v1alpha1.MemberCluster) error {
+	targets, err := c.targets.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	for _, ct := range targets {
+		if ct.DeletionTimestamp != nil || !slices.ContainsFunc(ct.Status.Clusters, func(e v1alpha1.ClusterCollection) bool { return e.Name == mc.Name }) {
+			continue // the host's collector deletes a deleted target's items
+		}
+		if selects(ct, mc) {
+			continue
+		}
+		selector := labels.SelectorFromSet(labels.Set{kollect.LabelTarget: collect.TargetLabelValue(ct.Name), kollect.LabelCluster: mc.Name})
+		var stored []itemstore.Stored
+		if _, err := c.cfg.Collect.ClusterItems.List(ctx, "", selector, func(s itemstore.Stored) { stored = append(stored, s) }); err != nil {
+			return err
+		}
+		for _, s := range stored {
+			if !m.holding() {
+				return errors.New("the member's Lease is no longer confirmed")
+			}
+			if err := c.cfg.Collect.ClusterItems.Delete(ctx, s.Namespace, s.Name); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+		if !m.holding() {
+			return errors.New("the member's Lease is no longer confirmed")
+		}
+		_, err := c.kollect.KollectV1alpha1().ClusterTargets().ApplyStatus(ctx,
+			applyv1alpha1.ClusterTarget(ct.Name).WithStatus(applyv1alpha1.ClusterTargetStatus()),
+			metav1.ApplyOptions{FieldManager: collect.MemberFieldManager(mc.Name), Force: true})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// selects says whether a ClusterTarget collects from a member, as the
+// member's collector decides it.
+func selects(ct *v1alpha1.ClusterTarget, mc *v1alpha1.MemberCluster) bool {
+	if ct.Spec.ClusterSelector == nil || mc.DeletionTimestamp != nil {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(ct.Spec.ClusterSelector)
+	return err == nil && sel.Matches(labels.Set(mc.Labels))
 }
 
 // deleteItems deletes every item collected from a member, of every target,
