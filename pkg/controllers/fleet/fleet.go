@@ -209,7 +209,6 @@ func (c *Controller) Run(ctx context.Context) error {
 			<-m.done
 			forget(name)
 		}
-		metrics.FleetMembersOwned.Set(0)
 	}()
 	if c.cfg.Ring != nil {
 		// A change of the live replicas may move any member.
@@ -241,7 +240,11 @@ func (c *Controller) Run(ctx context.Context) error {
 func (c *Controller) sync(ctx context.Context, name string) error {
 	mc, err := c.members.Get(name)
 	if apierrors.IsNotFound(err) {
-		c.release(name)
+		// Gone: a replica that held its Lease after the owner deleted it
+		// (the two disagreed on the owner) lets go and deletes it.
+		if c.release(name) && c.cfg.Ring != nil {
+			return c.deleteReleasedLease(ctx, name)
+		}
 		return nil
 	}
 	if err != nil {
@@ -279,8 +282,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		// The member is gone: so is its Lease, once released.
 		c.release(name)
 		if c.cfg.Ring != nil {
-			err := c.kube.CoordinationV1().Leases(c.cfg.LeaseNamespace).Delete(ctx, MemberLeasePrefix+name, metav1.DeleteOptions{})
-			if err != nil && !apierrors.IsNotFound(err) {
+			if err := c.deleteReleasedLease(ctx, name); err != nil {
 				klog.FromContext(ctx).Info("Cannot delete a deleted member's Lease", "member", name, "err", err)
 			}
 		}
@@ -351,7 +353,6 @@ func (c *Controller) own(ctx context.Context, name string) *member {
 	campaignCtx, cancel := context.WithCancel(klog.NewContext(ctx, logger))
 	m := &member{cancel: cancel, done: make(chan struct{})}
 	c.owned[name] = m
-	metrics.FleetMembersOwned.Set(float64(len(c.owned)))
 	// hold collects while the Lease is held: the term ends when it is
 	// lost or released, and the collection stops before it is released.
 	hold := func(term context.Context, fence func() bool) {
@@ -359,8 +360,10 @@ func (c *Controller) own(ctx context.Context, name string) *member {
 		m.mu.Lock()
 		m.term, m.fenced = term, fence
 		m.mu.Unlock()
+		metrics.FleetMembersOwned.Inc()
 		c.queue.Add(name)
 		<-term.Done()
+		metrics.FleetMembersOwned.Dec()
 		m.mu.Lock()
 		m.term = nil
 		m.mu.Unlock()
@@ -388,13 +391,12 @@ func (c *Controller) own(ctx context.Context, name string) *member {
 	return m
 }
 
-// release gives up a member this replica owned: its collection stops, then
-// its Lease is released for the new owner.
-func (c *Controller) release(name string) {
+// release gives up a member this replica owned, if it did: its collection
+// stops, then its Lease is released for the new owner.
+func (c *Controller) release(name string) (owned bool) {
 	c.mu.Lock()
 	m := c.owned[name]
 	delete(c.owned, name)
-	metrics.FleetMembersOwned.Set(float64(len(c.owned)))
 	c.mu.Unlock()
 	if m != nil {
 		m.cancel()
@@ -402,6 +404,29 @@ func (c *Controller) release(name string) {
 		forget(name)
 		klog.Background().Info("Released the member to its new owner", "member", name)
 	}
+	return m != nil
+}
+
+// deleteReleasedLease deletes a member's Lease if no replica holds it, and
+// only the version read: replicas that briefly disagree on the owner may
+// have another one campaigning, and the Lease it took must stay.
+func (c *Controller) deleteReleasedLease(ctx context.Context, name string) error {
+	leases := c.kube.CoordinationV1().Leases(c.cfg.LeaseNamespace)
+	l, err := leases.Get(ctx, MemberLeasePrefix+name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if ptr.Deref(l.Spec.HolderIdentity, "") != "" {
+		return nil // its holder deletes it when it lets go
+	}
+	err = leases.Delete(ctx, l.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &l.UID, ResourceVersion: &l.ResourceVersion}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil // gone, or taken meanwhile
+	}
+	return err
 }
 
 // forget drops a member's series: another replica reports it now.

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
 	fleetctl "kollect.dev/kollect/pkg/controllers/fleet"
@@ -126,8 +127,28 @@ func TestShardedReplicas(t *testing.T) {
 	if err := replicaB.Kill(); err != nil {
 		t.Fatal(err)
 	}
+	// Meanwhile A counts in kollect_fleet_members_owned only the members
+	// whose Lease it holds, never those it waits for: B's Leases stay
+	// B's for a lease duration after A's ring has dropped B.
+	samples := 0
+	for owned := 0.0; owned < 4; samples++ {
+		if ctx.Err() != nil {
+			t.Fatalf("A's kollect_fleet_members_owned is %v, never 4", owned)
+		}
+		owned = scrape(ctx, t, hub, replicaA)["kollect_fleet_members_owned"]
+		held := 0.0
+		for _, l := range s.memberLeases(ctx, t) {
+			if ptr.Deref(l.Spec.HolderIdentity, "") == idA {
+				held++
+			}
+		}
+		if owned > held {
+			t.Fatalf("A's kollect_fleet_members_owned is %v while A holds %v member Leases", owned, held)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	s.waitOwners(ctx, t, "A took B's members", []string{idA})
-	t.Logf("B's members owned by A %.1fs after kill -9", time.Since(killed).Seconds())
+	t.Logf("B's members owned by A %.1fs after kill -9; kollect_fleet_members_owned never above the Leases A held (%d samples)", time.Since(killed).Seconds(), samples)
 	s.change(ctx, t, "after-kill")
 	s.waitExact(ctx, t, "after kill -9 of B")
 
