@@ -8,13 +8,19 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 
 	"kollect.dev/kollect/pkg/apis/kollect"
 	"kollect.dev/kollect/pkg/apis/kollect/v1alpha1"
+	fleetctl "kollect.dev/kollect/pkg/controllers/fleet"
+	"kollect.dev/kollect/pkg/localcluster"
 	"kollect.dev/kollect/test/collectenv"
 )
 
@@ -140,5 +146,105 @@ func TestUnusableMemberLabelledBackIn(t *testing.T) {
 			return len(ct.Status.Clusters) == 1 && ct.Status.Clusters[0].UnreachableSince == nil && ct.Status.Clusters[0].Collection.ItemCount == 4 &&
 				c != nil && c.Status == metav1.ConditionFalse
 		})
+	}
+}
+
+// TestDeletedMemberLeaseAfterAFailedDelete (review 2): docs/fleet.md — once
+// a deleted MemberCluster's finalizer is removed, its owner "releases the
+// member's Lease and deletes it". When that one deletion fails (here a
+// ValidatingAdmissionPolicy refuses it for a while; in production an
+// apiserver timeout, a 429, an etcd leader change), it must be tried
+// again: no replica owns the member any more, so nothing else ever
+// deletes kollect-member-<name>.
+func TestDeletedMemberLeaseAfterAFailedDelete(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	hub, err := collectenv.Start(ctx, collectenv.Options{FastEtcd: true, Log: os.Stderr,
+		KollectArgs: append([]string{"--allow-private-sink-endpoints", "--cluster-name=hub", "-v=2"}, leaseTimings...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hub.Stop(t.Failed()) }()
+	waitReplicas(ctx, t, hub, nil)
+	register(ctx, t, hub, hub.Cluster, []string{"doomed"})
+	leases := hub.Kube.CoordinationV1().Leases(localcluster.KollectNamespace)
+	const leaseName = fleetctl.MemberLeasePrefix + "doomed"
+	holder := func() (string, error) {
+		l, err := leases.Get(ctx, leaseName, metav1.GetOptions{})
+		if err != nil {
+			return "", err
+		}
+		return ptr.Deref(l.Spec.HolderIdentity, ""), nil
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		h, err := holder()
+		return err == nil && h != "", nil
+	}); err != nil {
+		t.Fatalf("the member's Lease is never held: %v", err)
+	}
+	waitMember(ctx, t, hub, "doomed", metav1.ConditionTrue)
+
+	// The member Leases' deletions are refused for a while.
+	adm := hub.Kube.AdmissionregistrationV1()
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "review-no-member-lease-delete"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{"coordination.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"leases"}}}}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: "!oldObject.metadata.name.startsWith('kollect-member-')", Message: "review: refused for now"}}}}
+	if _, err := adm.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adm.ValidatingAdmissionPolicyBindings().Create(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy.Name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const probe = fleetctl.MemberLeasePrefix + "review-probe"
+	if _, err := leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: probe}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := leases.Delete(ctx, probe, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "review: refused"), nil
+	}); err != nil {
+		t.Fatal("the policy never refused a member Lease's deletion")
+	}
+
+	if err := hub.Client.KollectV1alpha1().MemberClusters().Delete(ctx, "doomed", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(ctx, t, hub, "doomed")
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		h, err := holder()
+		return err == nil && h == "", nil
+	}); err != nil {
+		h, err := holder()
+		t.Fatalf("the deleted member's Lease is not released: holder %q, %v", h, err)
+	}
+	time.Sleep(5 * time.Second) // the owner's deletion was refused meanwhile
+
+	// The refusals end: the released Lease must go.
+	if err := adm.ValidatingAdmissionPolicyBindings().Delete(ctx, policy.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := adm.ValidatingAdmissionPolicies().Delete(ctx, policy.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := leases.Delete(ctx, probe, metav1.DeleteOptions{})
+		return err == nil || apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatal("the policy still refuses")
+	}
+	start := time.Now()
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := leases.Get(ctx, leaseName, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		h, err := holder()
+		t.Errorf("%.0f s after the Lease deletions are allowed again, the deleted member's Lease %s is still there (holder %q, %v): nothing tries again",
+			time.Since(start).Seconds(), leaseName, h, err)
 	}
 }
