@@ -248,3 +248,88 @@ func TestDeletedMemberLeaseAfterAFailedDelete(t *testing.T) {
 			time.Since(start).Seconds(), leaseName, h, err)
 	}
 }
+
+// TestHostRenamedLikeAMember (review 2): a MemberCluster collected under
+// its name becomes NameTaken when the hub restarts with that name as its
+// --cluster-name (an operator's rename, or an upgrade from a version that
+// collected such a member). The member is not collected any more; the
+// ClusterTargets that selected it must not go on reporting, in
+// status.clusters, items of it that are not there.
+func TestHostRenamedLikeAMember(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	hub, err := collectenv.Start(ctx, collectenv.Options{FastEtcd: true, Log: os.Stderr,
+		KollectArgs: []string{"--allowed-sink-cidrs=127.0.0.0/8", "--cluster-name=hub", "-v=2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hub.Stop(t.Failed()) }()
+	for _, ns := range []string{"fleet", "shop"} {
+		if _, err := hub.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"collect": ns}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		if _, err := hub.Kube.CoreV1().ConfigMaps("shop").Create(ctx, configMap(fmt.Sprintf("cm-%d", i), "v1"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	api := hub.Client.KollectV1alpha1()
+	if _, err := hub.Kube.CoreV1().Secrets("fleet").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "self-kubeconfig"},
+		Data: map[string][]byte{"kubeconfig": inlineKubeconfig(t, hub.Cluster.RESTConfig())}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.MemberClusters().Create(ctx, &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: "self", Labels: map[string]string{"env": "prod"}},
+		Spec: v1alpha1.MemberClusterSpec{KubeconfigSecretRef: v1alpha1.SecretKeyReference{Namespace: "fleet", Name: "self-kubeconfig"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.Profiles("fleet").Create(ctx, &v1alpha1.Profile{ObjectMeta: metav1.ObjectMeta{Name: "configmaps"},
+		Spec: v1alpha1.ProfileSpec{TargetGVK: v1alpha1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
+			Attributes: []v1alpha1.Attribute{{Name: "v", Path: "{.data.v}", Optional: true}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := api.ClusterTargets().Create(ctx, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "prod-cms"},
+		Spec: v1alpha1.ClusterTargetSpec{ProfileRef: v1alpha1.NamespacedObjectReference{Namespace: "fleet", Name: "configmaps"},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"collect": "shop"}},
+			ClusterSelector:   &metav1.LabelSelector{MatchLabels: map[string]string{"env": "prod"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitTargetItems(ctx, t, hub, "prod-cms", 4)
+	waitClusterTarget(ctx, t, hub, "prod-cms", "reporting the member's 4 items", func(ct *v1alpha1.ClusterTarget) bool {
+		return len(ct.Status.Clusters) == 1 && ct.Status.Clusters[0].Collection.ItemCount == 4
+	})
+
+	// The hub restarts named like the member (on its port: the
+	// APIService's).
+	opts := hub.Replica
+	opts.Port = hub.Kollect.Port()
+	if err := hub.Kollect.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	opts.Args = append(append([]string{}, opts.Args...), "--cluster-name=self")
+	if hub.Kollect, err = hub.Cluster.StartKollect(ctx, opts); err != nil {
+		t.Fatal(err)
+	}
+	waitMemberStatus(ctx, t, hub, "self", "NameTaken", func(m *v1alpha1.MemberCluster) bool {
+		return m.Status.Collection != nil && m.Status.Collection.ErrorClass == "NameTaken"
+	})
+	time.Sleep(20 * time.Second)
+	ct, err := api.ClusterTargets().Get(ctx, "prod-cms", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := targetItems(ctx, hub, "prod-cms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var claimed int64
+	for _, e := range ct.Status.Clusters {
+		claimed += e.Collection.ItemCount
+	}
+	ready := meta.FindStatusCondition(ct.Status.Conditions, kollect.ConditionReady)
+	t.Logf("prod-cms: %d items; status.clusters %+v; Ready %+v", len(got), ct.Status.Clusters, ready)
+	if claimed != int64(len(got)) {
+		t.Errorf("after the hub took the member's name, ClusterTarget prod-cms reports %d items in status.clusters (%+v; Ready %+v) and holds %d",
+			claimed, ct.Status.Clusters, ready, len(got))
+	}
+}
