@@ -309,6 +309,11 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 
 	if hostName {
 		m.stopCollection()
+		// Not collected: the entries of a collector that ran before the
+		// host took its name (a rename, an upgrade) are withdrawn.
+		if err := c.reportToTargets(ctx, m, mc, nil); err != nil {
+			return err
+		}
 		return c.report(ctx, mc, m, nil, classNameTaken, fmt.Sprintf(
 			"the host cluster is named %q (--cluster-name): its items carry that name, so a member cannot; register it under another name", name))
 	}
