@@ -98,9 +98,12 @@ type Controller struct {
 	targets kollectlisters.ClusterTargetLister
 	queue   workqueue.TypedRateLimitingInterface[string]
 
-	// mu guards owned: the members this replica owns, by name.
-	mu    sync.Mutex
-	owned map[string]*member
+	// mu guards owned: the members this replica owns, by name; and
+	// leaseGone: the deleted members whose Lease this replica released and
+	// could not delete yet (no other replica would ever try).
+	mu        sync.Mutex
+	owned     map[string]*member
+	leaseGone map[string]bool
 }
 
 // member is a member cluster this replica owns: the campaign for its
@@ -147,7 +150,7 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{cfg: cfg, kube: clients.Kube, kollect: clients.Kollect,
-		queue: plumbing.NewQueue[string]("kollect_fleet_members"), owned: map[string]*member{}}
+		queue: plumbing.NewQueue[string]("kollect_fleet_members"), owned: map[string]*member{}, leaseGone: map[string]bool{}}
 	c.factory = kollectinformers.NewSharedInformerFactory(clients.Kollect, 0)
 	informers.InProcess(c.factory, cfg.Collect.Informers, &v1alpha1.MemberCluster{}, &v1alpha1.ClusterTarget{})
 	inf := c.factory.Kollect().V1alpha1().MemberClusters()
@@ -241,14 +244,22 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	mc, err := c.members.Get(name)
 	if apierrors.IsNotFound(err) {
 		// Gone: a replica that held its Lease after the owner deleted it
-		// (the two disagreed on the owner) lets go and deletes it.
-		if c.release(name) && c.cfg.Ring != nil {
-			return c.deleteReleasedLease(ctx, name)
+		// (the two disagreed on the owner) lets go and deletes it; so does
+		// the owner whose deletion of it failed.
+		owned := c.release(name)
+		if pending := c.setLeaseGone(name, false); (owned || pending) && c.cfg.Ring != nil {
+			if err := c.deleteReleasedLease(ctx, name); err != nil {
+				c.setLeaseGone(name, true)
+				return err // retried
+			}
 		}
 		return nil
 	}
 	if err != nil {
 		return err
+	}
+	if mc.DeletionTimestamp == nil {
+		c.setLeaseGone(name, false) // a member of that name again
 	}
 	if c.cfg.Ring != nil && !c.cfg.Ring.Owns(name) {
 		c.release(name)
@@ -283,7 +294,9 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.release(name)
 		if c.cfg.Ring != nil {
 			if err := c.deleteReleasedLease(ctx, name); err != nil {
-				klog.FromContext(ctx).Info("Cannot delete a deleted member's Lease", "member", name, "err", err)
+				// The MemberCluster's deletion syncs it again, and retries.
+				klog.FromContext(ctx).Info("Cannot delete a deleted member's Lease; trying again", "member", name, "err", err)
+				c.setLeaseGone(name, true)
 			}
 		}
 		return nil
@@ -296,6 +309,11 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 
 	if hostName {
 		m.stopCollection()
+		// Not collected: the entries of a collector that ran before the
+		// host took its name (a rename, an upgrade) are withdrawn.
+		if err := c.reportToTargets(ctx, m, mc, nil); err != nil {
+			return err
+		}
 		return c.report(ctx, mc, m, nil, classNameTaken, fmt.Sprintf(
 			"the host cluster is named %q (--cluster-name): its items carry that name, so a member cannot; register it under another name", name))
 	}
@@ -405,6 +423,20 @@ func (c *Controller) release(name string) (owned bool) {
 		klog.Background().Info("Released the member to its new owner", "member", name)
 	}
 	return m != nil
+}
+
+// setLeaseGone records whether the deleted member name's Lease is still to
+// be deleted by this replica, and returns whether it was.
+func (c *Controller) setLeaseGone(name string, pending bool) (was bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	was = c.leaseGone[name]
+	if pending {
+		c.leaseGone[name] = true
+	} else {
+		delete(c.leaseGone, name)
+	}
+	return was
 }
 
 // deleteReleasedLease deletes a member's Lease if no replica holds it, and
@@ -687,8 +719,10 @@ func sameReport(prev *v1alpha1.MemberObservation, obs *applyv1alpha1.MemberObser
 // reportToTargets speaks for a member whose collector cannot, in the
 // ClusterTargets' status.clusters, under the member's field manager: with
 // unreachable nil it withdraws the member's entries (the member is gone);
-// else it marks them unreachable since then, keeping what the collector
-// last reported, until a collector runs and reports again.
+// else it marks the entries of the targets that select it unreachable
+// since then, keeping what the collector last reported (or adding one, of
+// no items, where it never reported), until a collector runs and reports
+// again.
 func (c *Controller) reportToTargets(ctx context.Context, m *member, mc *v1alpha1.MemberCluster, unreachable *metav1.Time) error {
 	name := mc.Name
 	targets, err := c.targets.List(labels.Everything())
@@ -698,11 +732,25 @@ func (c *Controller) reportToTargets(ctx context.Context, m *member, mc *v1alpha
 	opts := metav1.ApplyOptions{FieldManager: collect.MemberFieldManager(name), Force: true}
 	for _, ct := range targets {
 		i := slices.IndexFunc(ct.Status.Clusters, func(e v1alpha1.ClusterCollection) bool { return e.Name == name })
-		if i < 0 || (unreachable != nil && (ct.Status.Clusters[i].UnreachableSince != nil || !selects(ct, mc))) {
-			continue // (an entry of a target that no longer selects it is withdrawn: leaveUnselected)
-		}
 		status := applyv1alpha1.ClusterTargetStatus()
-		if unreachable != nil {
+		switch {
+		case unreachable == nil:
+			if i < 0 {
+				continue
+			}
+		case !selects(ct, mc):
+			continue // (an entry of a target that no longer selects it is withdrawn: leaveUnselected)
+		case i < 0:
+			// Selected and never reported (created, or the member labelled
+			// in, while its collector cannot run): no items of it yet.
+			if ct.DeletionTimestamp != nil {
+				continue
+			}
+			status.WithClusters(applyv1alpha1.ClusterCollection().WithName(name).
+				WithCollection(collect.ObservationApply(&v1alpha1.CollectionObservation{})).WithUnreachableSince(*unreachable))
+		case ct.Status.Clusters[i].UnreachableSince != nil:
+			continue
+		default:
 			e := ct.Status.Clusters[i]
 			status.WithClusters(applyv1alpha1.ClusterCollection().WithName(name).
 				WithCollection(collect.ObservationApply(&e.Collection)).WithUnreachableSince(*unreachable))
