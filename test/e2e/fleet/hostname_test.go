@@ -31,29 +31,9 @@ import (
 func TestMemberNamedLikeTheHost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	hub, err := collectenv.Start(ctx, collectenv.Options{FastEtcd: true, Log: os.Stderr,
-		KollectArgs: []string{"--allowed-sink-cidrs=127.0.0.0/8", "--cluster-name=hub", "-v=2"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hub := selfHub(ctx, t, 5)
 	defer func() { _ = hub.Stop(t.Failed()) }()
-
-	for _, ns := range []string{"fleet", "shop"} {
-		if _, err := hub.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"collect": ns}}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range 5 {
-		if _, err := hub.Kube.CoreV1().ConfigMaps("shop").Create(ctx, configMap(fmt.Sprintf("cm-%d", i), "v1"), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	api := hub.Client.KollectV1alpha1()
-	if _, err := api.Profiles("fleet").Create(ctx, &v1alpha1.Profile{ObjectMeta: metav1.ObjectMeta{Name: "configmaps"},
-		Spec: v1alpha1.ProfileSpec{TargetGVK: v1alpha1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
-			Attributes: []v1alpha1.Attribute{{Name: "v", Path: "{.data.v}", Optional: true}}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	shop := &metav1.LabelSelector{MatchLabels: map[string]string{"collect": "shop"}}
 	// The host's ClusterTarget (no clusterSelector).
 	if _, err := api.ClusterTargets().Create(ctx, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "host-cms"},
@@ -70,7 +50,7 @@ func TestMemberNamedLikeTheHost(t *testing.T) {
 		Data: map[string][]byte{"kubeconfig": inlineKubeconfig(t, hub.Cluster.RESTConfig())}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = api.MemberClusters().Create(ctx, &v1alpha1.MemberCluster{
+	_, err := api.MemberClusters().Create(ctx, &v1alpha1.MemberCluster{
 		ObjectMeta: metav1.ObjectMeta{Name: "hub", Labels: map[string]string{"env": "self"}},
 		Spec:       v1alpha1.MemberClusterSpec{KubeconfigSecretRef: v1alpha1.SecretKeyReference{Namespace: "fleet", Name: "self-kubeconfig"}},
 	}, metav1.CreateOptions{})
@@ -218,22 +198,8 @@ func TestSlowDNSMembersDelayNoOther(t *testing.T) {
 func TestUnusableMemberLabelledOut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	hub, err := collectenv.Start(ctx, collectenv.Options{FastEtcd: true, Log: os.Stderr,
-		KollectArgs: []string{"--allowed-sink-cidrs=127.0.0.0/8", "--cluster-name=hub", "-v=2"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hub := selfHub(ctx, t, 3)
 	defer func() { _ = hub.Stop(t.Failed()) }()
-	for _, ns := range []string{"fleet", "shop"} {
-		if _, err := hub.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"collect": ns}}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range 3 {
-		if _, err := hub.Kube.CoreV1().ConfigMaps("shop").Create(ctx, configMap(fmt.Sprintf("cm-%d", i), "v1"), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	api := hub.Client.KollectV1alpha1()
 	if _, err := hub.Kube.CoreV1().Secrets("fleet").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "self-kubeconfig"},
 		Data: map[string][]byte{"kubeconfig": inlineKubeconfig(t, hub.Cluster.RESTConfig())}}, metav1.CreateOptions{}); err != nil {
@@ -241,11 +207,6 @@ func TestUnusableMemberLabelledOut(t *testing.T) {
 	}
 	if _, err := api.MemberClusters().Create(ctx, &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: "self", Labels: map[string]string{"env": "prod"}},
 		Spec: v1alpha1.MemberClusterSpec{KubeconfigSecretRef: v1alpha1.SecretKeyReference{Namespace: "fleet", Name: "self-kubeconfig"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := api.Profiles("fleet").Create(ctx, &v1alpha1.Profile{ObjectMeta: metav1.ObjectMeta{Name: "configmaps"},
-		Spec: v1alpha1.ProfileSpec{TargetGVK: v1alpha1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
-			Attributes: []v1alpha1.Attribute{{Name: "v", Path: "{.data.v}", Optional: true}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := api.ClusterTargets().Create(ctx, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "prod-cms"},
@@ -284,4 +245,37 @@ func TestUnusableMemberLabelledOut(t *testing.T) {
 	waitClusterTarget(ctx, t, hub, "prod-cms", "without the member labelled out in status.clusters", func(ct *v1alpha1.ClusterTarget) bool {
 		return len(ct.Status.Clusters) == 0
 	})
+}
+
+// selfHub starts a hub (--cluster-name=hub, loopback endpoints allowed)
+// with the namespaces fleet and shop (labelled collect=<name>),
+// configMaps ConfigMaps in shop and the Profile fleet/configmaps (its
+// attribute v optional: kube-root-ca.crt has no data.v). The caller stops
+// it.
+func selfHub(ctx context.Context, t *testing.T, configMaps int) *collectenv.Env {
+	t.Helper()
+	hub, err := collectenv.Start(ctx, collectenv.Options{FastEtcd: true, Log: os.Stderr,
+		KollectArgs: []string{"--allowed-sink-cidrs=127.0.0.0/8", "--cluster-name=hub", "-v=2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"fleet", "shop"} {
+		if _, err := hub.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"collect": ns}}}, metav1.CreateOptions{}); err != nil {
+			_ = hub.Stop(true)
+			t.Fatal(err)
+		}
+	}
+	for i := range configMaps {
+		if _, err := hub.Kube.CoreV1().ConfigMaps("shop").Create(ctx, configMap(fmt.Sprintf("cm-%d", i), "v1"), metav1.CreateOptions{}); err != nil {
+			_ = hub.Stop(true)
+			t.Fatal(err)
+		}
+	}
+	if _, err := hub.Client.KollectV1alpha1().Profiles("fleet").Create(ctx, &v1alpha1.Profile{ObjectMeta: metav1.ObjectMeta{Name: "configmaps"},
+		Spec: v1alpha1.ProfileSpec{TargetGVK: v1alpha1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
+			Attributes: []v1alpha1.Attribute{{Name: "v", Path: "{.data.v}", Optional: true}}}}, metav1.CreateOptions{}); err != nil {
+		_ = hub.Stop(true)
+		t.Fatal(err)
+	}
+	return hub
 }

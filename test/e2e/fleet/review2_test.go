@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -36,22 +35,8 @@ import (
 func TestUnusableMemberLabelledBackIn(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	hub, err := collectenv.Start(ctx, collectenv.Options{FastEtcd: true, Log: os.Stderr,
-		KollectArgs: []string{"--allowed-sink-cidrs=127.0.0.0/8", "--cluster-name=hub", "-v=2"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hub := selfHub(ctx, t, 3)
 	defer func() { _ = hub.Stop(t.Failed()) }()
-	for _, ns := range []string{"fleet", "shop"} {
-		if _, err := hub.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"collect": ns}}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range 3 {
-		if _, err := hub.Kube.CoreV1().ConfigMaps("shop").Create(ctx, configMap(fmt.Sprintf("cm-%d", i), "v1"), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	api := hub.Client.KollectV1alpha1()
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "self-kubeconfig"},
 		Data: map[string][]byte{"kubeconfig": inlineKubeconfig(t, hub.Cluster.RESTConfig())}}
@@ -60,11 +45,6 @@ func TestUnusableMemberLabelledBackIn(t *testing.T) {
 	}
 	if _, err := api.MemberClusters().Create(ctx, &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: "self", Labels: map[string]string{"env": "prod"}},
 		Spec: v1alpha1.MemberClusterSpec{KubeconfigSecretRef: v1alpha1.SecretKeyReference{Namespace: "fleet", Name: "self-kubeconfig"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := api.Profiles("fleet").Create(ctx, &v1alpha1.Profile{ObjectMeta: metav1.ObjectMeta{Name: "configmaps"},
-		Spec: v1alpha1.ProfileSpec{TargetGVK: v1alpha1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
-			Attributes: []v1alpha1.Attribute{{Name: "v", Path: "{.data.v}", Optional: true}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	prodTarget := func(name string) *v1alpha1.ClusterTarget {
@@ -258,22 +238,8 @@ func TestDeletedMemberLeaseAfterAFailedDelete(t *testing.T) {
 func TestHostRenamedLikeAMember(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	hub, err := collectenv.Start(ctx, collectenv.Options{FastEtcd: true, Log: os.Stderr,
-		KollectArgs: []string{"--allowed-sink-cidrs=127.0.0.0/8", "--cluster-name=hub", "-v=2"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	hub := selfHub(ctx, t, 3)
 	defer func() { _ = hub.Stop(t.Failed()) }()
-	for _, ns := range []string{"fleet", "shop"} {
-		if _, err := hub.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"collect": ns}}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range 3 {
-		if _, err := hub.Kube.CoreV1().ConfigMaps("shop").Create(ctx, configMap(fmt.Sprintf("cm-%d", i), "v1"), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	api := hub.Client.KollectV1alpha1()
 	if _, err := hub.Kube.CoreV1().Secrets("fleet").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "self-kubeconfig"},
 		Data: map[string][]byte{"kubeconfig": inlineKubeconfig(t, hub.Cluster.RESTConfig())}}, metav1.CreateOptions{}); err != nil {
@@ -281,11 +247,6 @@ func TestHostRenamedLikeAMember(t *testing.T) {
 	}
 	if _, err := api.MemberClusters().Create(ctx, &v1alpha1.MemberCluster{ObjectMeta: metav1.ObjectMeta{Name: "self", Labels: map[string]string{"env": "prod"}},
 		Spec: v1alpha1.MemberClusterSpec{KubeconfigSecretRef: v1alpha1.SecretKeyReference{Namespace: "fleet", Name: "self-kubeconfig"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := api.Profiles("fleet").Create(ctx, &v1alpha1.Profile{ObjectMeta: metav1.ObjectMeta{Name: "configmaps"},
-		Spec: v1alpha1.ProfileSpec{TargetGVK: v1alpha1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"},
-			Attributes: []v1alpha1.Attribute{{Name: "v", Path: "{.data.v}", Optional: true}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := api.ClusterTargets().Create(ctx, &v1alpha1.ClusterTarget{ObjectMeta: metav1.ObjectMeta{Name: "prod-cms"},
@@ -307,6 +268,7 @@ func TestHostRenamedLikeAMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts.Args = append(append([]string{}, opts.Args...), "--cluster-name=self")
+	var err error
 	if hub.Kollect, err = hub.Cluster.StartKollect(ctx, opts); err != nil {
 		t.Fatal(err)
 	}
