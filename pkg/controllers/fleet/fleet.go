@@ -98,12 +98,9 @@ type Controller struct {
 	targets kollectlisters.ClusterTargetLister
 	queue   workqueue.TypedRateLimitingInterface[string]
 
-	// mu guards owned: the members this replica owns, by name; and
-	// leaseGone: the deleted members whose Lease this replica released and
-	// could not delete yet (no other replica would ever try).
-	mu        sync.Mutex
-	owned     map[string]*member
-	leaseGone map[string]bool
+	// mu guards owned: the members this replica owns, by name.
+	mu    sync.Mutex
+	owned map[string]*member
 }
 
 // member is a member cluster this replica owns: the campaign for its
@@ -150,7 +147,7 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{cfg: cfg, kube: clients.Kube, kollect: clients.Kollect,
-		queue: plumbing.NewQueue[string]("kollect_fleet_members"), owned: map[string]*member{}, leaseGone: map[string]bool{}}
+		queue: plumbing.NewQueue[string]("kollect_fleet_members"), owned: map[string]*member{}}
 	c.factory = kollectinformers.NewSharedInformerFactory(clients.Kollect, 0)
 	informers.InProcess(c.factory, cfg.Collect.Informers, &v1alpha1.MemberCluster{}, &v1alpha1.ClusterTarget{})
 	inf := c.factory.Kollect().V1alpha1().MemberClusters()
@@ -243,23 +240,18 @@ func (c *Controller) Run(ctx context.Context) error {
 func (c *Controller) sync(ctx context.Context, name string) error {
 	mc, err := c.members.Get(name)
 	if apierrors.IsNotFound(err) {
-		// Gone: a replica that held its Lease after the owner deleted it
-		// (the two disagreed on the owner) lets go and deletes it; so does
-		// the owner whose deletion of it failed.
-		owned := c.release(name)
-		if pending := c.setLeaseGone(name, false); (owned || pending) && c.cfg.Ring != nil {
-			if err := c.deleteReleasedLease(ctx, name); err != nil {
-				c.setLeaseGone(name, true)
-				return err // retried
-			}
+		// Gone: its Lease goes too, once no replica holds it. Every
+		// replica tries (one read where it is gone already): the owner
+		// whose deletion of it failed, and a replica that held it after
+		// the owner finished (the two disagreed on the owner).
+		c.release(name)
+		if c.cfg.Ring != nil {
+			return c.deleteReleasedLease(ctx, name) // retried on error
 		}
 		return nil
 	}
 	if err != nil {
 		return err
-	}
-	if mc.DeletionTimestamp == nil {
-		c.setLeaseGone(name, false) // a member of that name again
 	}
 	if c.cfg.Ring != nil && !c.cfg.Ring.Owns(name) {
 		c.release(name)
@@ -294,9 +286,8 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		c.release(name)
 		if c.cfg.Ring != nil {
 			if err := c.deleteReleasedLease(ctx, name); err != nil {
-				// The MemberCluster's deletion syncs it again, and retries.
+				// The MemberCluster's removal syncs it again, and retries.
 				klog.FromContext(ctx).Info("Cannot delete a deleted member's Lease; trying again", "member", name, "err", err)
-				c.setLeaseGone(name, true)
 			}
 		}
 		return nil
@@ -411,7 +402,7 @@ func (c *Controller) own(ctx context.Context, name string) *member {
 
 // release gives up a member this replica owned, if it did: its collection
 // stops, then its Lease is released for the new owner.
-func (c *Controller) release(name string) (owned bool) {
+func (c *Controller) release(name string) {
 	c.mu.Lock()
 	m := c.owned[name]
 	delete(c.owned, name)
@@ -422,21 +413,6 @@ func (c *Controller) release(name string) (owned bool) {
 		forget(name)
 		klog.Background().Info("Released the member to its new owner", "member", name)
 	}
-	return m != nil
-}
-
-// setLeaseGone records whether the deleted member name's Lease is still to
-// be deleted by this replica, and returns whether it was.
-func (c *Controller) setLeaseGone(name string, pending bool) (was bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	was = c.leaseGone[name]
-	if pending {
-		c.leaseGone[name] = true
-	} else {
-		delete(c.leaseGone, name)
-	}
-	return was
 }
 
 // deleteReleasedLease deletes a member's Lease if no replica holds it, and
