@@ -69,7 +69,18 @@ func TestEpochAfterTheLeaseIsRecreated(t *testing.T) {
 	must(t, cluster.RegisterKollect(ctx, p), "register kollect-apiserver")
 
 	setImage(ctx, t, ns, "app-00", "registry.example/app:reinstalled")
-	eventually(ctx, t, "the change reaches Postgres after the reinstall", rowsMatch)
+	// The rows match the items at once, before the new collector has seen
+	// the change: wait for a batch of the new leader's, which stores its
+	// epoch (the old one's stays when every batch is refused).
+	eventually(ctx, t, "the change reaches Postgres after the reinstall", func(ctx context.Context) (bool, string) {
+		if ok, why := rowsMatch(ctx); !ok {
+			return false, why
+		}
+		if e, err := epoch(ctx); err != nil || e == before {
+			return false, fmt.Sprintf("the stored epoch is still %d (%v)", before, err)
+		}
+		return true, ""
+	})
 	after, err := epoch(ctx)
 	must(t, err, "the stored epoch")
 	if after <= before {
